@@ -1,0 +1,42 @@
+# Two entry points matter: `make demo` (the main job on the embedded default) and `make test`.
+# Everything is installed into .venv/ from this repo's own files, torch first (the CPU build
+# that lies on disk here), so pip never pulls a CUDA build.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+EXTRAS ?= orchestration,training,serving,dev
+
+.PHONY: setup demo test lint typecheck unit bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24" wheel
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]" "torch==2.13.0"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/toolrl demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy training serving plugins dags benchmarks
+
+unit: setup
+	$(BIN)/pytest -q
+
+test: lint typecheck unit
+
+bench: setup
+	$(BIN)/python benchmarks/bench_data.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Synthetic tool-calling dataset: the row contract, generation and validation."""
