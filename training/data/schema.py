@@ -43,6 +43,13 @@ class ExpectedCall(BaseModel):
 
     name: str
     arguments: dict[str, Any]
+    free_arguments: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Arguments whose value is free text (e.g. a search query): a matcher checks that "
+            "they are present, not their exact value."
+        ),
+    )
 
 
 class GroundTruth(BaseModel):
