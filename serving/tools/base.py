@@ -132,9 +132,7 @@ class Tool:
             raise ToolArgumentError(self.name, problems)
         return cleaned
 
-    def run(
-        self, arguments: Any, context: ToolContext, mode: ToolMode = "real"
-    ) -> dict[str, Any]:
+    def run(self, arguments: Any, context: ToolContext, mode: ToolMode = "real") -> dict[str, Any]:
         cleaned = self.validate(arguments)
         impl = self.mock if (mode == "mock" and self.mock is not None) else self.implementation
         return impl(cleaned, context)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -56,23 +56,45 @@ def unit_registry() -> pint.UnitRegistry:
 
 
 _UNIT_ALIASES = {
-    "celsius": "degC", "°c": "degC", "c": "degC", "fahrenheit": "degF", "°f": "degF",
-    "f": "degF", "kelvin": "kelvin", "k": "kelvin", "miles": "mile", "mph": "mile/hour",
-    "kph": "km/hour", "km/h": "km/hour", "kmh": "km/hour", "lbs": "pound", "lb": "pound",
-    "kgs": "kg", "feet": "foot", "ft": "foot", "inches": "inch", "in": "inch",
-    "litres": "liter", "liters": "liter", "l": "liter", "gallons": "gallon", "oz": "ounce",
+    "celsius": "degC",
+    "°c": "degC",
+    "c": "degC",
+    "fahrenheit": "degF",
+    "°f": "degF",
+    "f": "degF",
+    "kelvin": "kelvin",
+    "k": "kelvin",
+    "miles": "mile",
+    "mph": "mile/hour",
+    "kph": "km/hour",
+    "km/h": "km/hour",
+    "kmh": "km/hour",
+    "lbs": "pound",
+    "lb": "pound",
+    "kgs": "kg",
+    "feet": "foot",
+    "ft": "foot",
+    "inches": "inch",
+    "in": "inch",
+    "litres": "liter",
+    "liters": "liter",
+    "l": "liter",
+    "gallons": "gallon",
+    "oz": "ounce",
 }
 
 
+@lru_cache(maxsize=1024)
 def _unit(name: str) -> pint.Unit:
-    key = name.strip().lower()
-    key = _UNIT_ALIASES.get(key, key)
-    try:
-        return unit_registry().Unit(key)
-    except (pint.errors.UndefinedUnitError, AttributeError, TypeError, ValueError, AssertionError) as exc:
-        raise ToolExecutionError(f"unknown unit {name[:30]!r}") from exc
-    except Exception as exc:  # pint's parser raises a zoo of types on garbage input
-        raise ToolExecutionError(f"unknown unit {name[:30]!r}") from exc
+    """Resolve a unit name; cached because pint's parser dominates conversion time."""
+    stripped = name.strip()
+    candidates = [_UNIT_ALIASES.get(stripped.lower(), stripped), stripped.lower()]
+    for key in candidates:
+        try:
+            return unit_registry().Unit(key)
+        except Exception:  # noqa: S112 - pint's parser raises a zoo of types on garbage input
+            continue
+    raise ToolExecutionError(f"unknown unit {name[:30]!r}")
 
 
 def _convert_units(args: dict[str, Any], _: ToolContext) -> dict[str, Any]:
@@ -160,54 +182,75 @@ def _translate(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
 
 
 # --- search_knowledge -------------------------------------------------------------------------
+def _zh_name(city: str) -> str | None:
+    return next((c["name_zh"] for c in load_world()["cities"] if c["name"] == city), None)
+
+
 @cache
 def _knowledge_records() -> tuple[dict[str, Any], ...]:
     world = load_world()
     records: list[dict[str, Any]] = []
     for country in world["countries"]:
-        records.append({
-            "title": country["name"],
-            "text": (
-                f"{country['name']} is a country. Its capital is {country['capital']}. "
-                f"Currency: {country['currency']}. Time zone of the capital: "
-                f"{country['timezone']}. Language: {country['language']}. Population: "
-                f"{country['population_millions']} million."
-            ),
-            "facts": {k: v for k, v in country.items() if k != "name"},
-        })
-    for city in world["cities"]:
-        records.append({
-            "title": city["name"],
-            "text": (
-                f"{city['name']} ({city['name_zh']}) is a city in {city['country']}. "
-                f"Time zone: {city['timezone']}. Elevation: {city['elevation_m']} m."
-            ),
-            "facts": {
-                "country": city["country"],
-                "timezone": city["timezone"],
-                "elevation_m": city["elevation_m"],
-                "name_zh": city["name_zh"],
+        records.append(
+            {
+                "title": country["name"],
+                "text": (
+                    f"{country['name']} is a country. Its capital is {country['capital']}. "
+                    f"Currency: {country['currency']}. Time zone of the capital: "
+                    f"{country['timezone']}. Language: {country['language']}. Population: "
+                    f"{country['population_millions']} million."
+                ),
+                "facts": {
+                **{k: v for k, v in country.items() if k != "name"},
+                "capital_zh": _zh_name(country["capital"]),
             },
-        })
+            }
+        )
+    for city in world["cities"]:
+        records.append(
+            {
+                "title": city["name"],
+                "text": (
+                    f"{city['name']} ({city['name_zh']}) is a city in {city['country']}. "
+                    f"Time zone: {city['timezone']}. Elevation: {city['elevation_m']} m."
+                ),
+                "facts": {
+                    "country": city["country"],
+                    "timezone": city["timezone"],
+                    "elevation_m": city["elevation_m"],
+                    "name_zh": city["name_zh"],
+                },
+            }
+        )
     for product in world["products"]:
-        records.append({
-            "title": product["name"],
-            "text": f"{product['name']} ({product['key']}), list price {product['price_usd']} USD.",
-            "facts": {"product": product["key"], "price_usd": product["price_usd"]},
-        })
+        records.append(
+            {
+                "title": product["name"],
+                "text": f"{product['name']} ({product['key']}), list price {product['price_usd']} USD.",
+                "facts": {"product": product["key"], "price_usd": product["price_usd"]},
+            }
+        )
     return tuple(records)
 
 
 _STOP = {"the", "of", "a", "an", "is", "what", "in", "for", "which", "and", "to", "s"}
 
 
+@cache
+def _knowledge_index() -> tuple[tuple[str, frozenset[str], dict[str, Any]], ...]:
+    return tuple(
+        (normalise_key(r["title"]), frozenset(normalise_key(r["text"]).split()), r)
+        for r in _knowledge_records()
+    )
+
+
 def _search(args: dict[str, Any], _: ToolContext) -> dict[str, Any]:
-    terms = {t for t in normalise_key(args["query"]).split() if t not in _STOP}
+    """Rank records by query-term overlap, with a bonus when a record's title is named."""
+    query = normalise_key(args["query"])
+    terms = {t for t in query.split() if t not in _STOP}
     scored: list[tuple[float, int, dict[str, Any]]] = []
-    for position, record in enumerate(_knowledge_records()):
-        title = normalise_key(record["title"])
-        words = set(normalise_key(record["text"]).split())
-        score = sum(1.0 for t in terms if t in words) + (3.0 if title in normalise_key(args["query"]) else 0.0)
+    for position, (title, words, record) in enumerate(_knowledge_index()):
+        score = len(terms & words) + (3.0 if title in query else 0.0)
         if score > 0:
             scored.append((score, -position, record))
     scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
@@ -241,11 +284,18 @@ def _dates(args: dict[str, Any], _: ToolContext) -> dict[str, Any]:
             result = start + dt.timedelta(days=args["days"])
         except OverflowError as exc:
             raise ToolExecutionError("resulting date is out of range") from exc
-        return {"start_date": start.isoformat(), "days": args["days"],
-                "result": result.isoformat(), "weekday": result.strftime("%A")}
+        return {
+            "start_date": start.isoformat(),
+            "days": args["days"],
+            "result": result.isoformat(),
+            "weekday": result.strftime("%A"),
+        }
     end = _parse_date("end_date", args["end_date"])
-    return {"start_date": start.isoformat(), "end_date": end.isoformat(),
-            "result": (end - start).days}
+    return {
+        "start_date": start.isoformat(),
+        "end_date": end.isoformat(),
+        "result": (end - start).days,
+    }
 
 
 # --- lookup_price ------------------------------------------------------------------------------
@@ -278,77 +328,200 @@ def _read_note(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
 
 
 def _string(description: str, max_length: int = 200, **extra: Any) -> dict[str, Any]:
-    return {"type": "string", "description": description, "maxLength": max_length, "minLength": 1, **extra}
+    return {
+        "type": "string",
+        "description": description,
+        "maxLength": max_length,
+        "minLength": 1,
+        **extra,
+    }
 
 
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required,
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 def build_tools() -> list[Tool]:
     currencies = sorted(load_world()["usd_rates"])
     return [
-        Tool("calculate_math", "Evaluate an arithmetic expression (+ - * / // % **, sqrt, "
-             "log, sin, cos, factorial, round, min, max, pi, e) and return the exact result.",
-             _object({"expression": _string("The expression, e.g. '256*37' or 'sqrt(2)*10'", 500)},
-                     ["expression"]), _calculate, result_fields=("result",)),
-        Tool("unit_converter", "Convert a value between units of the same kind (length, mass, "
-             "temperature, volume, speed, time, ...).",
-             _object({"value": {"type": "number", "description": "The value to convert"},
-                      "from_unit": _string("Unit of the value, e.g. 'km', 'degF', 'pound'", 40),
-                      "to_unit": _string("Target unit, e.g. 'mile', 'degC', 'kg'", 40)},
-                     ["value", "from_unit", "to_unit"]), _convert_units, result_fields=("result",)),
-        Tool("get_current_weather", "Get the current weather for a city.",
-             _object({"location": _string("City name, e.g. 'Paris' or '北京'", 80),
-                      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"],
-                               "default": "celsius", "description": "Temperature unit"}},
-                     ["location"]), _weather, result_fields=("temperature_c", "condition")),
-        Tool("get_current_time", "Get the current date and time in a timezone.",
-             _object({"timezone": _string("IANA timezone such as 'Asia/Shanghai'", 60,
-                                          default="UTC")}, []),
-             _current_time, check=_check_timezone, result_fields=("time", "date")),
-        Tool("get_exchange_rate", "Get the exchange rate between two currencies and optionally "
-             "convert an amount.",
-             _object({"from_currency": _string("ISO code of the source currency", 3,
-                                               examples=currencies[:4]),
-                      "to_currency": _string("ISO code of the target currency", 3),
-                      "amount": {"type": "number", "description": "Amount to convert",
-                                 "default": 1.0, "minimum": 0, "maximum": 1e12}},
-                     ["from_currency", "to_currency"]), _exchange, check=_check_currencies,
-             result_fields=("rate", "converted")),
-        Tool("translate_text", "Translate a short text into another language.",
-             _object({"text": _string("The text to translate", 1000),
-                      "target_language": {"type": "string", "enum": LANGUAGES,
-                                          "description": "Language to translate into"}},
-                     ["text", "target_language"]), _translate, result_fields=("translation",)),
-        Tool("search_knowledge", "Search a knowledge base of countries, cities and products "
-             "(capitals, currencies, time zones, populations, list prices).",
-             _object({"query": _string("What to look up, e.g. 'capital of France'", 200),
-                      "top_k": {"type": "integer", "description": "How many results",
-                                "default": 3, "minimum": 1, "maximum": 10}},
-                     ["query"]), _search, result_fields=("results",)),
-        Tool("date_calculator", "Add days to a date, or count the days between two dates.",
-             _object({"operation": {"type": "string", "enum": ["add_days", "days_between"],
-                                    "description": "What to compute"},
-                      "start_date": _string("Start date, YYYY-MM-DD", 10),
-                      "days": {"type": "integer", "description": "Days to add (add_days)",
-                               "minimum": -100000, "maximum": 100000},
-                      "end_date": _string("End date, YYYY-MM-DD (days_between)", 10)},
-                     ["operation", "start_date"]), _dates, check=_check_dates,
-             result_fields=("result",)),
-        Tool("lookup_price", "Look up the list price of a product, in any currency.",
-             _object({"product": _string("Product name, e.g. 'laptop'", 80),
-                      "currency": _string("ISO currency code", 3, default="USD")},
-                     ["product"]), _price,
-             check=lambda a: _check_currencies({"from_currency": a.get("currency", "USD"),
-                                                "to_currency": "USD"}),
-             result_fields=("price",)),
-        Tool("save_note", "Save a note to memory under a title, to recall later in the "
-             "conversation.",
-             _object({"title": _string("Short title", 80), "content": _string("Note text", 2000)},
-                     ["title", "content"]), _save_note, stateful=True, result_fields=("saved",)),
-        Tool("read_note", "Read a note previously saved under a title.",
-             _object({"title": _string("Title of the note", 80)}, ["title"]), _read_note,
-             stateful=True, result_fields=("content",)),
+        Tool(
+            "calculate_math",
+            "Evaluate an arithmetic expression (+ - * / // % **, sqrt, "
+            "log, sin, cos, factorial, round, min, max, pi, e) and return the exact result.",
+            _object(
+                {"expression": _string("The expression, e.g. '256*37' or 'sqrt(2)*10'", 500)},
+                ["expression"],
+            ),
+            _calculate,
+            result_fields=("result",),
+        ),
+        Tool(
+            "unit_converter",
+            "Convert a value between units of the same kind (length, mass, "
+            "temperature, volume, speed, time, ...).",
+            _object(
+                {
+                    "value": {"type": "number", "description": "The value to convert"},
+                    "from_unit": _string("Unit of the value, e.g. 'km', 'degF', 'pound'", 40),
+                    "to_unit": _string("Target unit, e.g. 'mile', 'degC', 'kg'", 40),
+                },
+                ["value", "from_unit", "to_unit"],
+            ),
+            _convert_units,
+            result_fields=("result",),
+        ),
+        Tool(
+            "get_current_weather",
+            "Get the current weather for a city.",
+            _object(
+                {
+                    "location": _string("City name, e.g. 'Paris' or '北京'", 80),
+                    "unit": {
+                        "type": "string",
+                        "enum": ["celsius", "fahrenheit"],
+                        "default": "celsius",
+                        "description": "Temperature unit",
+                    },
+                },
+                ["location"],
+            ),
+            _weather,
+            result_fields=("temperature_c", "condition"),
+        ),
+        Tool(
+            "get_current_time",
+            "Get the current date and time in a timezone.",
+            _object(
+                {"timezone": _string("IANA timezone such as 'Asia/Shanghai'", 60, default="UTC")},
+                [],
+            ),
+            _current_time,
+            check=_check_timezone,
+            result_fields=("time", "date"),
+        ),
+        Tool(
+            "get_exchange_rate",
+            "Get the exchange rate between two currencies and optionally convert an amount.",
+            _object(
+                {
+                    "from_currency": _string(
+                        "ISO code of the source currency", 3, examples=currencies[:4]
+                    ),
+                    "to_currency": _string("ISO code of the target currency", 3),
+                    "amount": {
+                        "type": "number",
+                        "description": "Amount to convert",
+                        "default": 1.0,
+                        "minimum": 0,
+                        "maximum": 1e12,
+                    },
+                },
+                ["from_currency", "to_currency"],
+            ),
+            _exchange,
+            check=_check_currencies,
+            result_fields=("rate", "converted"),
+        ),
+        Tool(
+            "translate_text",
+            "Translate a short text into another language.",
+            _object(
+                {
+                    "text": _string("The text to translate", 1000),
+                    "target_language": {
+                        "type": "string",
+                        "enum": LANGUAGES,
+                        "description": "Language to translate into",
+                    },
+                },
+                ["text", "target_language"],
+            ),
+            _translate,
+            result_fields=("translation",),
+        ),
+        Tool(
+            "search_knowledge",
+            "Search a knowledge base of countries, cities and products "
+            "(capitals, currencies, time zones, populations, list prices).",
+            _object(
+                {
+                    "query": _string("What to look up, e.g. 'capital of France'", 200),
+                    "top_k": {
+                        "type": "integer",
+                        "description": "How many results",
+                        "default": 3,
+                        "minimum": 1,
+                        "maximum": 10,
+                    },
+                },
+                ["query"],
+            ),
+            _search,
+            result_fields=("results",),
+        ),
+        Tool(
+            "date_calculator",
+            "Add days to a date, or count the days between two dates.",
+            _object(
+                {
+                    "operation": {
+                        "type": "string",
+                        "enum": ["add_days", "days_between"],
+                        "description": "What to compute",
+                    },
+                    "start_date": _string("Start date, YYYY-MM-DD", 10),
+                    "days": {
+                        "type": "integer",
+                        "description": "Days to add (add_days)",
+                        "minimum": -100000,
+                        "maximum": 100000,
+                    },
+                    "end_date": _string("End date, YYYY-MM-DD (days_between)", 10),
+                },
+                ["operation", "start_date"],
+            ),
+            _dates,
+            check=_check_dates,
+            result_fields=("result",),
+        ),
+        Tool(
+            "lookup_price",
+            "Look up the list price of a product, in any currency.",
+            _object(
+                {
+                    "product": _string("Product name, e.g. 'laptop'", 80),
+                    "currency": _string("ISO currency code", 3, default="USD"),
+                },
+                ["product"],
+            ),
+            _price,
+            check=lambda a: _check_currencies(
+                {"from_currency": a.get("currency", "USD"), "to_currency": "USD"}
+            ),
+            result_fields=("price",),
+        ),
+        Tool(
+            "save_note",
+            "Save a note to memory under a title, to recall later in the conversation.",
+            _object(
+                {"title": _string("Short title", 80), "content": _string("Note text", 2000)},
+                ["title", "content"],
+            ),
+            _save_note,
+            stateful=True,
+            result_fields=("saved",),
+        ),
+        Tool(
+            "read_note",
+            "Read a note previously saved under a title.",
+            _object({"title": _string("Title of the note", 80)}, ["title"]),
+            _read_note,
+            stateful=True,
+            result_fields=("content",),
+        ),
     ]

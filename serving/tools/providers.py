@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ def load_world() -> dict[str, Any]:
     return data
 
 
+@lru_cache(maxsize=65_536)
 def normalise_key(text: str) -> str:
     """Case-, accent- and punctuation-insensitive key, so 'São Paulo!' finds 'sao paulo'."""
     decomposed = unicodedata.normalize("NFKD", text.casefold())
@@ -47,22 +48,39 @@ class TranslationProvider(Protocol):
     def translate(self, text: str, target_language: str) -> str: ...
 
 
+@cache
+def _city_index() -> dict[str, dict[str, Any]]:
+    index: dict[str, dict[str, Any]] = {}
+    for city in load_world()["cities"]:
+        index[normalise_key(city["name"])] = city
+        index[normalise_key(city["name_zh"])] = city
+    return index
+
+
+@cache
+def _phrase_index() -> dict[str, dict[str, str]]:
+    return {
+        normalise_key(variant): entry
+        for entry in load_world()["phrasebook"].values()
+        for variant in entry.values()
+    }
+
+
 @dataclass(frozen=True)
 class OfflineWeather:
     """Current conditions from the bundled snapshot; accepts English or Chinese city names."""
 
     def current(self, location: str) -> dict[str, Any]:
-        wanted = normalise_key(location)
-        for city in load_world()["cities"]:
-            if wanted in (normalise_key(city["name"]), normalise_key(city["name_zh"])):
-                return {
-                    "location": city["name"],
-                    "country": city["country"],
-                    "temperature_c": city["temperature_c"],
-                    "condition": city["condition"],
-                    "humidity_pct": city["humidity"],
-                    "wind_kph": city["wind_kph"],
-                }
+        city = _city_index().get(normalise_key(location))
+        if city is not None:
+            return {
+                "location": city["name"],
+                "country": city["country"],
+                "temperature_c": city["temperature_c"],
+                "condition": city["condition"],
+                "humidity_pct": city["humidity"],
+                "wind_kph": city["wind_kph"],
+            }
         known = ", ".join(c["name"] for c in load_world()["cities"][:8])
         raise ToolExecutionError(
             f"no weather data for location {location[:60]!r}; try a major city such as {known}"
@@ -89,10 +107,9 @@ class OfflineTranslation:
     """Phrasebook translation: exact phrases in six languages, matched in any of them."""
 
     def translate(self, text: str, target_language: str) -> str:
-        wanted = normalise_key(text)
-        for entry in load_world()["phrasebook"].values():
-            if any(normalise_key(variant) == wanted for variant in entry.values()):
-                return str(entry[target_language])
+        entry = _phrase_index().get(normalise_key(text))
+        if entry is not None:
+            return str(entry[target_language])
         raise ToolExecutionError(
             "the offline phrasebook has no translation for this text; "
             "try a common phrase such as 'hello' or 'thank you'"

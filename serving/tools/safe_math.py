@@ -202,7 +202,9 @@ def evaluate(expression: str, *, deadline_seconds: float = DEADLINE_SECONDS) -> 
     if not isinstance(expression, str):
         raise MathError("expression must be a string")
     if len(expression) > MAX_EXPRESSION_CHARS:
-        raise MathError(f"expression too long ({len(expression)} chars, max {MAX_EXPRESSION_CHARS})")
+        raise MathError(
+            f"expression too long ({len(expression)} chars, max {MAX_EXPRESSION_CHARS})"
+        )
     text = normalise_expression(expression).strip()
     if not text:
         raise MathError("expression is empty")

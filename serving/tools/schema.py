@@ -59,7 +59,10 @@ def check_value(name: str, value: Any, prop: Mapping[str, Any]) -> tuple[Any, st
             if actual == "number" and float(value).is_integer():
                 value = int(value)
             else:
-                return value, f"argument '{name}' must be an integer, got {actual} {_preview(value)}"
+                return (
+                    value,
+                    f"argument '{name}' must be an integer, got {actual} {_preview(value)}",
+                )
     elif expected != actual:
         return value, f"argument '{name}' must be a {expected}, got {actual} {_preview(value)}"
 

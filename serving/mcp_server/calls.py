@@ -1,0 +1,153 @@
+"""One tool call, from name + arguments to model-facing text. Independent of MCP framing.
+
+Every path ends in an `Outcome`: success text, or an error text a model can act on. No
+exception escapes to the protocol layer, and no stack trace reaches the wire: unexpected
+failures are logged here and answered with a short internal-error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from serving.mcp_server.config import ServerConfig
+from serving.mcp_server.faults import FaultInjector, empty_result
+from serving.mcp_server.metrics import Metrics
+from serving.tools import ToolCatalog, ToolContext, ToolError
+from serving.tools.base import REFERENCE_NOW, NotesStore
+
+logger = logging.getLogger("toolrl.mcp.calls")
+
+ANONYMOUS_SESSION = "anonymous"
+_MAX_TRACKED_SESSIONS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    text: str
+    is_error: bool
+    kind: str | None = None
+    """Error kind (see metrics.ERROR_KINDS) or None on success."""
+    result: dict[str, Any] | None = None
+    """The structured result on success (also sent as MCP structuredContent)."""
+
+
+def _dumps(value: Any) -> str:
+    # Compact and UTF-8 as-is: the text is tokenised into the policy's context.
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _reference_now() -> dt.datetime:
+    return REFERENCE_NOW
+
+
+def _real_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class CallRunner:
+    """Validates, injects faults (mock), executes with a timeout, records metrics."""
+
+    def __init__(
+        self,
+        catalog: ToolCatalog,
+        config: ServerConfig,
+        metrics: Metrics,
+        notes: NotesStore | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.config = config
+        self.metrics = metrics
+        self.notes = notes if notes is not None else NotesStore()
+        self.faults = FaultInjector(config.faults)
+        self._now: Callable[[], dt.datetime] = (
+            _reference_now if config.mode == "mock" else _real_now
+        )
+        self._slots = asyncio.Semaphore(config.max_concurrent_calls)
+        # A dedicated pool: a hung tool holds one of its threads until it returns, and must
+        # not starve the event loop's default executor (6 threads on 2 cores).
+        self._executor = ThreadPoolExecutor(config.tool_threads, thread_name_prefix="tool")
+        self._seq: OrderedDict[str, int] = OrderedDict()
+
+    def _next_seq(self, session: str) -> int:
+        seq = self._seq.pop(session, 0)
+        self._seq[session] = seq + 1
+        if len(self._seq) > _MAX_TRACKED_SESSIONS:
+            self._seq.popitem(last=False)
+        return seq
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def call(
+        self, name: Any, arguments: Any, session: str | None = None, seq: int | None = None
+    ) -> Outcome:
+        start = time.perf_counter()
+        session = session or ANONYMOUS_SESSION
+        outcome = await self._call(name, arguments, session, seq)
+        elapsed = time.perf_counter() - start
+        self.metrics.record(name if isinstance(name, str) else "", elapsed, outcome.kind)
+        if self.config.log_calls:
+            logger.info(
+                "tool call",
+                extra={
+                    "tool": str(name)[:60],
+                    "session": session[:80],
+                    "error_kind": outcome.kind,
+                    "latency_ms": round(elapsed * 1000, 3),
+                },
+            )
+        return outcome
+
+    async def _call(self, name: Any, arguments: Any, session: str, seq: int | None) -> Outcome:
+        try:
+            tool = self.catalog.get(name)
+            cleaned = tool.validate(arguments if arguments is not None else {})
+        except ToolError as exc:
+            return Outcome(str(exc), True, exc.kind)
+        if self.config.mode == "mock" and self.faults.active:
+            fault = self.faults.decide(
+                tool.name, cleaned, session, seq if seq is not None else self._next_seq(session)
+            )
+            if fault.delay_s > 0:
+                await asyncio.sleep(fault.delay_s)
+            if fault.is_error:
+                return Outcome(fault.message, True, f"injected_{fault.kind}")
+            if fault.kind == "empty":
+                empty = empty_result(tool.name)
+                return Outcome(_dumps(empty), False, None, empty)
+        context = ToolContext(now=self._now, session_id=session, notes=self.notes)
+        impl = tool.mock if (self.config.mode == "mock" and tool.mock) else tool.implementation
+        try:
+            async with self._slots:
+                loop = asyncio.get_running_loop()
+                result = await asyncio.wait_for(
+                    loop.run_in_executor(self._executor, impl, cleaned, context),
+                    timeout=self.config.call_timeout_s,
+                )
+        except ToolError as exc:
+            return Outcome(str(exc), True, exc.kind)
+        except TimeoutError:
+            return Outcome(
+                f"Error: {tool.name} did not answer within {self.config.call_timeout_s:g} s "
+                "and was cancelled; retry the call or try another approach.",
+                True,
+                "timeout",
+            )
+        except Exception:
+            logger.exception("tool %s failed unexpectedly", tool.name)
+            return Outcome(
+                f"Error: internal error while running {tool.name}; this is not caused by the "
+                "arguments. Retry later or answer without this tool.",
+                True,
+                "internal_error",
+            )
+        return Outcome(_dumps(result), False, None, result)

@@ -1,0 +1,81 @@
+"""The MCP server's one typed config. Every knob lives here with its default and why."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TOKEN_ENV = "TOOLRL_MCP_TOKEN"
+"""Env var holding the bearer token; read when `--token` is not given."""
+
+URL_ENV = "TOOLRL_MCP_URL"
+"""Env var holding the server URL the bridge and tool-config generator use by default."""
+
+DEFAULT_URL = "http://127.0.0.1:8000/mcp"
+SESSION_HEADER = "x-toolrl-session"
+"""Header naming the conversation a call belongs to (see docs/parts/mcp.md, session mapping)."""
+SESSION_META_KEY = "toolrl/session"
+"""The same, as a `_meta` key of `tools/call`, for clients that cannot set headers per call."""
+
+
+class FaultConfig(BaseModel):
+    """Mock-mode fault injection. Only consulted when mode == "mock"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seed: int = 0
+    """Seed of the fault sequence; the same seed replays the same faults for the same calls."""
+    failure_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Probability that a call fails with a realistic error instead of running the tool."""
+    empty_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Probability that a successful-looking call returns an empty result."""
+    latency_ms: float = Field(default=0.0, ge=0.0, le=60_000.0)
+    """Mean injected latency per call (exponentially distributed); 0 turns latency off."""
+    latency_max_ms: float = Field(default=2_000.0, ge=0.0, le=120_000.0)
+    """Cap on one injected delay, so a long tail cannot stall a rollout turn indefinitely."""
+
+
+class ServerConfig(BaseModel):
+    """How one `toolrl mcp serve` process group runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["real", "mock"] = "mock"
+    """mock: frozen reference clock, offline providers, fault injection (training).
+    real: the real clock and providers (production)."""
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    """0 picks a free port (tests); the chosen port is reported by `run()`."""
+    path: str = "/mcp"
+    workers: int = Field(default=2, ge=1, le=64)
+    """Processes, each with its own SO_REUSEPORT socket so the kernel spreads connections."""
+    token: str | None = Field(default=None, repr=False)
+    """Bearer token; None (and no TOOLRL_MCP_TOKEN) disables auth."""
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """Requests with a larger body are refused with 413 before parsing."""
+    call_timeout_s: float = Field(default=10.0, gt=0.0, le=600.0)
+    """Upper bound on one tool execution; a hung tool answers a timeout tool error."""
+    max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
+    """Per-process cap on tool executions in flight; further calls wait for a slot."""
+    tool_threads: int = Field(default=16, ge=1, le=1024)
+    """Threads per process that run tool implementations (they are synchronous)."""
+    graceful_timeout_s: float = Field(default=15.0, gt=0.0, le=600.0)
+    """On SIGTERM, how long in-flight calls get to finish before connections are dropped."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_calls: bool = False
+    """One structured log line per call (debug aid; costs CPU at thousands of calls/s)."""
+    tune_gc: bool = True
+    """gc.freeze() after start-up and a high gen-0 threshold: full-heap passes dominate p99."""
+    faults: FaultConfig = Field(default_factory=FaultConfig)
+
+    @model_validator(mode="after")
+    def _path_is_absolute(self) -> ServerConfig:
+        if not self.path.startswith("/"):
+            raise ValueError("path must start with '/'")
+        return self
+
+    def resolved_token(self) -> str | None:
+        """The token in force: the explicit one, else the env var, else none (auth off)."""
+        return self.token or os.environ.get(TOKEN_ENV) or None
