@@ -25,9 +25,10 @@ def _schema_validator(name: str, schema: Mapping[str, Any]) -> Validator:
     return validate
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ToolRegistry:
-    """Tool name -> parameter JSON schema, plus a validator returning (cleaned, problems)."""
+    """Tool name -> parameter JSON schema, plus a validator returning (cleaned, problems).
+    Hashed by identity, so per-registry caches (the reward's ground-truth cache) work."""
 
     schemas: Mapping[str, Mapping[str, Any]]
     validators: Mapping[str, Validator] = field(default_factory=dict)

@@ -1,0 +1,49 @@
+"""Load a split with verl's own `RLHFDataset`, exactly as the trainer's dataloader will.
+
+This catches schema drift that our own checks could share a blind spot with (verl reads
+`prompt`, `extra_info.tools_kwargs`, `need_tools_kwargs` ... its own way). Requires the
+training extra; the caller reports a skip when verl is not installed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+#: verl tokenizes every loaded row to filter long prompts; a sample keeps this check fast on
+#: 100k-row datasets while still reading the whole parquet file through `datasets`.
+SAMPLE_ROWS = 512
+
+
+@cache
+def _tokenizer() -> Any:
+    from training.model.tokenizer import build_tokenizer
+
+    return build_tokenizer(Path(tempfile.mkdtemp(prefix="toolrl-tok-")), "hermes", 8_192)
+
+
+def load_with_verl(parquet: Path, max_prompt_length: int = 4_096) -> int:
+    """Return the number of rows verl kept; raise whatever verl raises on bad data."""
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    config = OmegaConf.create({
+        "prompt_key": "prompt",
+        "max_prompt_length": max_prompt_length,
+        "filter_overlong_prompts": True,
+        "filter_overlong_prompts_workers": 1,
+        "return_raw_chat": True,
+        "truncation": "error",
+        "cache_dir": tempfile.mkdtemp(prefix="toolrl-verl-"),
+    })
+    dataset = RLHFDataset(str(parquet), _tokenizer(), config, max_samples=SAMPLE_ROWS)
+    if len(dataset) == 0:
+        raise ValueError("verl kept no rows (all filtered as over-long?)")
+    item = dataset[0]
+    if not item.get("tools_kwargs"):
+        raise ValueError("verl sees no tools_kwargs on the first row")
+    if item.get("agent_name") != "tool_agent":
+        raise ValueError(f"verl sees agent_name={item.get('agent_name')!r}, not 'tool_agent'")
+    return len(dataset)

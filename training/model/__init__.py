@@ -1,0 +1,1 @@
+"""Local model building blocks: the real Qwen tokenizer and chat templates, built offline."""

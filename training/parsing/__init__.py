@@ -1,0 +1,28 @@
+"""Tool-call parsing for rewards, evaluation and the drift guard: calls plus structured
+format errors, for the `hermes` and `qwen3_coder` formats, and the multi-turn transcript
+split that keeps tool output apart from what the model wrote."""
+
+from training.parsing.errors import SYNTAX_KINDS, FormatError, FormatErrorKind
+from training.parsing.registry import ToolRegistry, catalog_registry
+from training.parsing.tool_calls import (
+    CallFormat,
+    ParsedCall,
+    ParseResult,
+    parse_tool_calls,
+)
+from training.parsing.transcript import Transcript, split_transcript, visible_text
+
+__all__ = [
+    "SYNTAX_KINDS",
+    "CallFormat",
+    "FormatError",
+    "FormatErrorKind",
+    "ParseResult",
+    "ParsedCall",
+    "ToolRegistry",
+    "Transcript",
+    "catalog_registry",
+    "parse_tool_calls",
+    "split_transcript",
+    "visible_text",
+]

@@ -1,0 +1,131 @@
+"""Split a multi-turn rollout, as verl hands it to the reward, into model turns and tool output.
+
+verl decodes the whole response with special tokens skipped, so a two-turn rollout reads
+
+    <tool_call>...</tool_call>
+    user
+    <tool_response>
+    {"temperature_c": 21}
+    </tool_response>
+    assistant
+    It is 21 °C in Paris.
+
+(`<|im_start|>`/`<|im_end|>` are gone, the role words stay). Tool output must never count as
+the model's answer or its calls, so a `<tool_response>` block is taken as the environment's
+only where the loop could have injected it: after the role word `user` (or `tool`) and after a
+turn that made a call. Anything else is the model writing a response itself, reported as
+`hallucinated_tool_response` and kept as model text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from training.parsing.errors import FormatError, FormatErrorKind
+
+RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_ROLE_WORDS = ("user", "tool")
+_NEXT_ROLE = "assistant"
+_CALL_MARKS = ("<tool_call", "<function=")
+
+
+@dataclass(slots=True)
+class Transcript:
+    """Model turns in order; `tool_responses[i]` are the responses injected after turn i."""
+
+    turns: list[str]
+    tool_responses: list[list[str]] = field(default_factory=list)
+    errors: list[FormatError] = field(default_factory=list)
+    ended_in_tool_response: bool = False
+    truncated_tool_response: bool = False
+
+
+def _strip_role(head: str) -> str | None:
+    """The model text before an injected block, without the trailing role word; None when no
+    role word directly precedes the block (so the loop cannot have injected it)."""
+    stripped = head.rstrip()
+    for role in _ROLE_WORDS:
+        if stripped.endswith(role):
+            before = stripped[: -len(role)]
+            if not before or before[-1].isspace() or before[-1] == ">":
+                return before
+    return None
+
+
+def _skip_space(text: str, pos: int) -> int:
+    size = len(text)
+    while pos < size and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def split_transcript(text: str) -> Transcript:
+    """Split a decoded rollout into model turns and injected tool responses. Never raises."""
+    if RESP_OPEN not in text:
+        return Transcript(turns=[text])
+    result = Transcript(turns=[])
+    turn_start, search = 0, 0
+    while True:
+        block = text.find(RESP_OPEN, search)
+        if block < 0:
+            result.turns.append(text[turn_start:])
+            return result
+        model_text = _strip_role(text[turn_start:block])
+        if model_text is None or not any(mark in model_text for mark in _CALL_MARKS):
+            result.errors.append(
+                FormatError(
+                    FormatErrorKind.HALLUCINATED_TOOL_RESPONSE,
+                    "<tool_response> written by the model",
+                )
+            )
+            close = text.find(RESP_CLOSE, block)
+            search = close + len(RESP_CLOSE) if close >= 0 else len(text)
+            if close < 0:
+                result.turns.append(text[turn_start:])
+                return result
+            continue
+        responses: list[str] = []
+        pos = block
+        while text.startswith(RESP_OPEN, pos):
+            close = text.find(RESP_CLOSE, pos)
+            if close < 0:
+                responses.append(text[pos + len(RESP_OPEN) :])
+                result.truncated_tool_response = True
+                pos = len(text)
+                break
+            responses.append(text[pos + len(RESP_OPEN) : close].strip())
+            pos = _skip_space(text, close + len(RESP_CLOSE))
+        result.turns.append(model_text)
+        result.tool_responses.append(responses)
+        if text.startswith(_NEXT_ROLE, pos):
+            pos += len(_NEXT_ROLE)
+        if pos >= len(text) or not text[pos:].strip():
+            result.ended_in_tool_response = True
+            return result
+        turn_start = search = pos
+
+
+def visible_text(turn: str) -> str:
+    """What the user sees of a turn: reasoning (`<think>...</think>`) removed. A turn that
+    starts inside reasoning (thinking-mode prompts end with `<think>`) drops everything up to
+    the first `</think>`."""
+    if THINK_CLOSE not in turn and THINK_OPEN not in turn:
+        return turn
+    first_close = turn.find(THINK_CLOSE)
+    first_open = turn.find(THINK_OPEN)
+    if first_close >= 0 and (first_open < 0 or first_close < first_open):
+        turn = turn[first_close + len(THINK_CLOSE) :]
+    parts: list[str] = []
+    pos = 0
+    while True:
+        start = turn.find(THINK_OPEN, pos)
+        if start < 0:
+            parts.append(turn[pos:])
+            break
+        parts.append(turn[pos:start])
+        end = turn.find(THINK_CLOSE, start)
+        if end < 0:
+            break
+        pos = end + len(THINK_CLOSE)
+    return "".join(parts)

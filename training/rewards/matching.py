@@ -1,0 +1,123 @@
+"""Comparisons the rule reward makes: call against expected call, answer against truth.
+
+Arguments are compared schema-typed, after validation fills defaults (a model that spells out
+`unit="celsius"` matches a ground truth that left the default out): numbers by value
+(100 == 100.0), strings case-insensitive with all whitespace removed (city, currency and unit
+names; "New York" == "new york", "256 * 37" == "256*37"), lists in order, objects by key.
+Calls within a turn are matched as a multiset, so parallel calls are order-free.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+Canon = tuple[Any, ...]
+CallKey = tuple[str, Canon]
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def canonical(value: Any) -> Canon:
+    """A hashable form of a JSON value under the matching rules above."""
+    if value is None:
+        return ("z",)
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        number = float(value)
+        return ("n", round(number, 6) if math.isfinite(number) else str(number))
+    if isinstance(value, str):
+        return ("s", "".join(value.casefold().split()))
+    if isinstance(value, list | tuple):
+        return ("l", *(canonical(item) for item in value))
+    if isinstance(value, Mapping):
+        return ("d", *sorted((str(key), canonical(item)) for key, item in value.items()))
+    return ("?", repr(value)[:200])
+
+
+def call_key(name: str, arguments: Mapping[str, Any]) -> CallKey:
+    return (name, canonical(dict(arguments)))
+
+
+def match_calls(actual: Iterable[CallKey], expected: Iterable[CallKey]) -> tuple[int, int]:
+    """(full matches by name and arguments, further matches by name only); order-free."""
+    have, want = Counter(actual), Counter(expected)
+    full = have & want
+    full_count = sum(full.values())
+    have_names = Counter(name for name, _ in (have - full).elements())
+    want_names = Counter(name for name, _ in (want - full).elements())
+    return full_count, sum((have_names & want_names).values())
+
+
+def _normalise_text(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _parse_number(text: str) -> float | None:
+    try:
+        value = float(text.replace(",", "").strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _decimals(token: str) -> int:
+    mantissa = token.lower().split("e")[0]
+    return len(mantissa.split(".")[1]) if "." in mantissa else 0
+
+
+def numbers_in(text: str) -> list[tuple[float, int]]:
+    """Numbers written in `text` with their decimal places ("9,472" -> 9472, 0 places)."""
+    found: list[tuple[float, int]] = []
+    for match in _NUMBER.finditer(text):
+        token = match.group(0)
+        value = _parse_number(token)
+        if value is not None:
+            found.append((value, _decimals(token)))
+    return found
+
+
+def number_matches(
+    written: float, places: int, truth: float, rel_tol: float, rounding_rel_tol: float
+) -> bool:
+    """Equal within `rel_tol`, or a rounding of the truth to the written decimal places that
+    is also within `rounding_rel_tol` (7.21 for 7.2134; not 7 for 7.21 at 1%)."""
+    diff = abs(written - truth)
+    if diff <= max(1e-9, rel_tol * abs(truth)):
+        return True
+    return diff <= 0.5 * 10.0**-places + 1e-12 and diff <= rounding_rel_tol * abs(truth)
+
+
+def answer_matches(
+    answer: str,
+    truth: str,
+    answer_numbers: list[tuple[float, int]],
+    rel_tol: float,
+    rounding_rel_tol: float,
+) -> bool:
+    """A numeric match for numeric truths ("21" is not found in "121"), else containment
+    of the truth in the answer, case- and space-insensitive."""
+    value = _parse_number(truth)
+    if value is None:
+        return _normalise_text(truth) in _normalise_text(answer)
+    return any(
+        number_matches(written, places, value, rel_tol, rounding_rel_tol)
+        for written, places in answer_numbers
+    )
+
+
+def repetition_rate(text: str, n: int, min_ngrams: int) -> float:
+    """Share of repeated n-grams in `text` (0 = none). Words, or characters for text written
+    without spaces (Chinese), so "天气很好天气很好天气很好" counts as repetitive."""
+    tokens: list[str] = text.split()
+    if tokens and len(text) > 8 * len(tokens):
+        tokens = [char for char in text if not char.isspace()]
+    count = len(tokens) - n + 1
+    if count < min_ngrams:
+        return 0.0
+    grams = zip(*(tokens[i:] for i in range(n)), strict=False)
+    return 1.0 - len(set(grams)) / count

@@ -1,0 +1,258 @@
+"""A lean, pooled MCP client (streamable HTTP) for rollout workers.
+
+Why not the SDK client: it costs about 1 ms of CPU per call, keeps a session with its own
+tasks per connection, and its GC pauses push p99 past 60 ms. Rollouts issue thousands of
+calls per step from one process, so this client keeps one aiohttp connection pool per
+worker process and event loop, and does per call exactly what the specification asks:
+one POST of a JSON-RPC request with the negotiated `MCP-Protocol-Version` (and the
+`Mcp-Session-Id` when the server issued one), accepting a JSON or an SSE answer.
+
+It initialises once per pool (initialize + notifications/initialized), re-initialises when
+a stateful server forgets the session (404), and bounds concurrency with a semaphore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from serving.mcp_server.config import DEFAULT_URL, SEQ_HEADER, SESSION_HEADER, TOKEN_ENV, URL_ENV
+
+PROTOCOL_VERSION = "2025-06-18"
+CLIENT_INFO = {"name": "toolrl-verl-bridge", "version": "1"}
+
+
+class McpClientError(Exception):
+    """Transport or protocol failure (not a tool error): unreachable, 401, 5xx, bad reply."""
+
+
+class McpProtocolError(McpClientError):
+    """The server answered with a JSON-RPC error object."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"MCP error {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallResult:
+    text: str
+    is_error: bool
+    structured: Any = None
+
+
+def _text_of(result: Mapping[str, Any]) -> str:
+    parts = []
+    for block in result.get("content") or []:
+        if isinstance(block, Mapping):
+            if block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+            else:
+                parts.append(f"[{block.get('type', 'unknown')} content omitted]")
+    if not parts and result.get("structuredContent") is not None:
+        return json.dumps(result["structuredContent"], ensure_ascii=False)
+    return "\n".join(parts)
+
+
+def _from_sse(body: str, request_id: int) -> dict[str, Any]:
+    """The JSON-RPC response for `request_id` out of an SSE body (notifications skipped)."""
+    for event in body.replace("\r\n", "\n").split("\n\n"):
+        data = "\n".join(
+            line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")
+        )
+        if not data:
+            continue
+        message = json.loads(data)
+        if isinstance(message, dict) and message.get("id") == request_id:
+            return message
+    raise McpClientError("SSE stream ended without a response to the request")
+
+
+class McpHttpClient:
+    """One pool of keep-alive connections to one MCP endpoint, for one event loop."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        max_concurrency: int = 64,
+    ) -> None:
+        self.url = url
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._headers = {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+        }
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._limit = asyncio.Semaphore(max_concurrency)
+        self._max_concurrency = max_concurrency
+        self._ids = itertools.count(1)
+        self._http: aiohttp.ClientSession | None = None
+        self._session_id: str | None = None
+        self._protocol: str | None = None
+        self._init_lock = asyncio.Lock()
+
+    async def _ensure_http(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._max_concurrency, keepalive_timeout=30, enable_cleanup_closed=True
+            )
+            self._http = aiohttp.ClientSession(
+                connector=connector, timeout=self.timeout, json_serialize=json.dumps
+            )
+        return self._http
+
+    async def _post(
+        self, payload: dict[str, Any], extra_headers: Mapping[str, str] | None = None
+    ) -> tuple[int, dict[str, Any] | None, Mapping[str, str]]:
+        http = await self._ensure_http()
+        headers = dict(self._headers)
+        if self._protocol:
+            headers["MCP-Protocol-Version"] = self._protocol
+        if self._session_id:
+            headers["Mcp-Session-Id"] = self._session_id
+        if extra_headers:
+            headers.update(extra_headers)
+        data = json.dumps(payload, ensure_ascii=False).encode()
+        async with http.post(self.url, data=data, headers=headers) as response:
+            status = response.status
+            body = await response.text()
+            if status == 202 or not body:
+                return status, None, response.headers
+            ctype = response.headers.get("Content-Type", "")
+            if status >= 400 and "json" not in ctype:
+                return status, {"_raw": body[:300]}, response.headers
+            try:
+                if ctype.startswith("text/event-stream"):
+                    message = _from_sse(body, int(payload.get("id", -1)))
+                else:
+                    message = json.loads(body)
+            except (ValueError, TypeError) as exc:
+                raise McpClientError(f"unreadable reply (HTTP {status}): {exc}") from exc
+            return status, message, response.headers
+
+    async def initialize(self) -> None:
+        """Handshake once per pool. Safe to call concurrently; later calls are no-ops."""
+        async with self._init_lock:
+            if self._protocol is not None:
+                return
+            self._session_id = None
+            status, message, headers = await self._post({
+                "jsonrpc": "2.0",
+                "id": next(self._ids),
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": CLIENT_INFO,
+                },
+            })
+            result = self._result_of(status, message)
+            self._session_id = headers.get("Mcp-Session-Id")
+            self._protocol = str(result.get("protocolVersion") or PROTOCOL_VERSION)
+            await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _result_of(self, status: int, message: dict[str, Any] | None) -> dict[str, Any]:
+        if status == 401:
+            raise McpClientError("HTTP 401 Unauthorized: missing or wrong bearer token")
+        if message is not None and "error" in message and isinstance(message["error"], dict):
+            error = message["error"]
+            raise McpProtocolError(int(error.get("code", 0)), str(error.get("message", "")))
+        if status >= 400 or message is None:
+            detail = (message or {}).get("_raw", "")
+            raise McpClientError(f"HTTP {status} from MCP server {detail}".strip())
+        result = message.get("result")
+        if not isinstance(result, dict):
+            raise McpClientError("reply without a result object")
+        return result
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One JSON-RPC request; returns its result or raises McpClientError."""
+        if self._protocol is None:
+            await self.initialize()
+        async with self._limit:
+            for attempt in (0, 1):
+                payload: dict[str, Any] = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
+                if params is not None:
+                    payload["params"] = params
+                try:
+                    status, message, _ = await self._post(payload, headers)
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    raise McpClientError(f"{type(exc).__name__}: {exc}") from exc
+                if status == 404 and self._session_id and attempt == 0:
+                    self._protocol = None  # the server forgot our session: handshake again
+                    await self.initialize()
+                    continue
+                return self._result_of(status, message)
+        raise McpClientError("unreachable")  # pragma: no cover
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            result = await self.request("tools/list", {"cursor": cursor} if cursor else None)
+            tools.extend(result.get("tools", []))
+            cursor = result.get("nextCursor")
+            if not cursor:
+                return tools
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        session: str | None = None,
+        seq: int | None = None,
+    ) -> ToolCallResult:
+        headers: dict[str, str] = {}
+        if session:
+            headers[SESSION_HEADER] = session
+        if seq is not None:
+            headers[SEQ_HEADER] = str(seq)
+        result = await self.request(
+            "tools/call", {"name": name, "arguments": dict(arguments or {})}, headers or None
+        )
+        return ToolCallResult(
+            _text_of(result), bool(result.get("isError")), result.get("structuredContent")
+        )
+
+    async def close(self) -> None:
+        if self._http is not None and not self._http.closed:
+            await self._http.close()
+        self._http = None
+
+
+_POOL: dict[tuple[str, str | None, int], McpHttpClient] = {}
+
+
+def pooled_client(
+    url: str | None = None,
+    token: str | None = None,
+    timeout_s: float = 30.0,
+    max_concurrency: int = 64,
+) -> McpHttpClient:
+    """The process's client for (url, token) on the running event loop, created once."""
+    url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    token = token if token is not None else os.environ.get(TOKEN_ENV)
+    loop_id = id(asyncio.get_running_loop())
+    key = (url, token, loop_id)
+    client = _POOL.get(key)
+    if client is None:
+        for stale in [k for k in _POOL if k[:2] == key[:2] and k[2] != loop_id]:
+            _POOL.pop(stale)  # its loop is gone (or another); its pool is unusable here
+        client = _POOL[key] = McpHttpClient(url, token, timeout_s, max_concurrency)
+    return client
