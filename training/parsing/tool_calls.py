@@ -79,7 +79,9 @@ class _Scan:
         self.errors: list[FormatError] = []
 
     def new_call(self, start: int, end: int, syntax: CallSyntax | None) -> ParsedCall:
-        call = ParsedCall(len(self.calls), name="", arguments={}, start=start, end=end, syntax=syntax)
+        call = ParsedCall(
+            len(self.calls), name="", arguments={}, start=start, end=end, syntax=syntax
+        )
         self.calls.append(call)
         return call
 
@@ -173,7 +175,9 @@ def _parse_xml(scan: _Scan, body: str, offset: int, end: int, wrapped: bool) -> 
                 call = scan.new_call(offset, end, "qwen3_coder")
                 scan.fail(call, _K.BAD_STRUCTURE, "no <function=...> inside <tool_call>")
             elif junk and scan.calls:
-                scan.fail(scan.calls[-1], _K.BAD_STRUCTURE, f"text after </function>: {junk[:40]!r}")
+                scan.fail(
+                    scan.calls[-1], _K.BAD_STRUCTURE, f"text after </function>: {junk[:40]!r}"
+                )
             return
         call = scan.new_call(offset if wrapped else offset + start, end, "qwen3_coder")
         if junk:

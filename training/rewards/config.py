@@ -91,7 +91,9 @@ class JudgeConfig(BaseModel):
         0.5, ge=0, le=1, description="0 = rule only, 1 = judge only (judge scaled to the clip)."
     )
     cache_size: int = Field(10_000, ge=0, description="Judge replies kept, keyed by content.")
-    max_trajectory_chars: int = Field(8_000, ge=200, description="Longer ones are cut in the middle.")
+    max_trajectory_chars: int = Field(
+        8_000, ge=200, description="Longer ones are cut in the middle."
+    )
     rubric: str = Field(
         "Score each trajectory from 0 to 1 by how well it achieves the user's goal with the "
         "tools: right tools with right arguments, correct use of tool results, a final answer "
