@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 MAX_EXPRESSION_CHARS = 500
-MAX_DEPTH = 40
+MAX_DEPTH = 100
 MAX_NODES = 400
 MAX_EXPONENT = 1_000
 MAX_FACTORIAL = 170

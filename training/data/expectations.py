@@ -83,7 +83,10 @@ def run_suites(
 
     _quiet_great_expectations()
     out_dir.mkdir(parents=True, exist_ok=True)
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
     context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
     site_dir = out_dir / "data_docs"
     context.add_data_docs_site(
         site_name=SITE,

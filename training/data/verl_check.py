@@ -7,6 +7,8 @@ training extra; the caller reports a skip when verl is not installed.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -26,8 +28,11 @@ def _tokenizer() -> Any:
 
 def load_with_verl(parquet: Path, max_prompt_length: int = 4_096) -> int:
     """Return the number of rows verl kept; raise whatever verl raises on bad data."""
+    import datasets
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    datasets.disable_progress_bars()
 
     config = OmegaConf.create({
         "prompt_key": "prompt",
@@ -38,7 +43,8 @@ def load_with_verl(parquet: Path, max_prompt_length: int = 4_096) -> int:
         "truncation": "error",
         "cache_dir": tempfile.mkdtemp(prefix="toolrl-verl-"),
     })
-    dataset = RLHFDataset(str(parquet), _tokenizer(), config, max_samples=SAMPLE_ROWS)
+    with contextlib.redirect_stdout(io.StringIO()):  # verl prints its progress to stdout
+        dataset = RLHFDataset(str(parquet), _tokenizer(), config, max_samples=SAMPLE_ROWS)
     if len(dataset) == 0:
         raise ValueError("verl kept no rows (all filtered as over-long?)")
     item = dataset[0]

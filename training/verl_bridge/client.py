@@ -7,8 +7,11 @@ worker process and event loop, and does per call exactly what the specification 
 one POST of a JSON-RPC request with the negotiated `MCP-Protocol-Version` (and the
 `Mcp-Session-Id` when the server issued one), accepting a JSON or an SSE answer.
 
-It initialises once per pool (initialize + notifications/initialized), re-initialises when
-a stateful server forgets the session (404), and bounds concurrency with a semaphore.
+Era negotiation follows the SDK's `auto` policy: probe `server/discover` at 2026-07-28;
+a server that answers it gets self-contained requests (routing headers and the `_meta`
+envelope, no handshake: about 20% less server CPU per call on the SDK). Anything else gets
+the initialize handshake once per pool, with a re-handshake when a stateful server forgets
+the session (404). Concurrency is bounded with a semaphore.
 """
 
 from __future__ import annotations
@@ -19,14 +22,22 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
 from serving.mcp_server.config import DEFAULT_URL, SEQ_HEADER, SESSION_HEADER, TOKEN_ENV, URL_ENV
 
 PROTOCOL_VERSION = "2025-06-18"
+"""The handshake-era revision offered to servers that do not speak the modern one."""
+MODERN_VERSION = "2026-07-28"
+"""The stateless per-request revision: no handshake, no session, routing headers."""
 CLIENT_INFO = {"name": "toolrl-verl-bridge", "version": "1"}
+_ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+}
 
 
 class McpClientError(Exception):
@@ -85,8 +96,10 @@ class McpHttpClient:
         token: str | None = None,
         timeout_s: float = 30.0,
         max_concurrency: int = 64,
+        protocol: Literal["auto", "modern", "legacy"] = "auto",
     ) -> None:
         self.url = url
+        self.protocol_mode = protocol
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._headers = {
             "Accept": "application/json, text/event-stream",
@@ -121,6 +134,11 @@ class McpHttpClient:
             headers["MCP-Protocol-Version"] = self._protocol
         if self._session_id:
             headers["Mcp-Session-Id"] = self._session_id
+        if self._protocol == MODERN_VERSION and "method" in payload:
+            headers["Mcp-Method"] = payload["method"]
+            params = payload.get("params")
+            if isinstance(params, dict) and isinstance(params.get("name"), str):
+                headers["Mcp-Name"] = params["name"]
         if extra_headers:
             headers.update(extra_headers)
         data = json.dumps(payload, ensure_ascii=False).encode()
@@ -141,12 +159,18 @@ class McpHttpClient:
                 raise McpClientError(f"unreadable reply (HTTP {status}): {exc}") from exc
             return status, message, response.headers
 
+    @property
+    def protocol_version(self) -> str | None:
+        return self._protocol
+
     async def initialize(self) -> None:
-        """Handshake once per pool. Safe to call concurrently; later calls are no-ops."""
+        """Negotiate once per pool. Safe to call concurrently; later calls are no-ops."""
         async with self._init_lock:
             if self._protocol is not None:
                 return
             self._session_id = None
+            if self.protocol_mode != "legacy" and await self._discover():
+                return
             status, message, headers = await self._post({
                 "jsonrpc": "2.0",
                 "id": next(self._ids),
@@ -161,6 +185,32 @@ class McpHttpClient:
             self._session_id = headers.get("Mcp-Session-Id")
             self._protocol = str(result.get("protocolVersion") or PROTOCOL_VERSION)
             await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def _discover(self) -> bool:
+        """Probe `server/discover` at the modern revision; True when the server adopts it."""
+        self._protocol = MODERN_VERSION
+        try:
+            status, message, _ = await self._post({
+                "jsonrpc": "2.0",
+                "id": next(self._ids),
+                "method": "server/discover",
+                "params": {"_meta": _ENVELOPE},
+            })
+            result = self._result_of(status, message)
+        except McpProtocolError:
+            result = {}
+        except McpClientError:
+            if self.protocol_mode == "modern":
+                raise
+            result = {}
+        finally:
+            self._protocol = None
+        if MODERN_VERSION in (result.get("supportedVersions") or []):
+            self._protocol = MODERN_VERSION
+            return True
+        if self.protocol_mode == "modern":
+            raise McpClientError("the server does not support protocol version " + MODERN_VERSION)
+        return False
 
     def _result_of(self, status: int, message: dict[str, Any] | None) -> dict[str, Any]:
         if status == 401:
@@ -184,10 +234,15 @@ class McpHttpClient:
     ) -> dict[str, Any]:
         """One JSON-RPC request; returns its result or raises McpClientError."""
         if self._protocol is None:
-            await self.initialize()
+            try:
+                await self.initialize()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise McpClientError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
         async with self._limit:
             for attempt in (0, 1):
                 payload: dict[str, Any] = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
+                if self._protocol == MODERN_VERSION:
+                    params = {**(params or {}), "_meta": {**_ENVELOPE, **(params or {}).get("_meta", {})}}
                 if params is not None:
                     payload["params"] = params
                 try:

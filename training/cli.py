@@ -1,0 +1,142 @@
+"""`toolrl`: one command per stage of the retraining loop.
+
+Heavy libraries (pandas, great-expectations, verl, torch) are imported inside the commands,
+so `toolrl --help` answers instantly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    name="toolrl",
+    help=(
+        "Keep a tool-calling LLM improving with RL: generate and validate tool-call data, "
+        "train with verl GRPO (or the CPU backend), evaluate, gate, register, and serve "
+        "behind real MCP tools."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_show_locals=False,
+)
+data_app = typer.Typer(help="Synthetic tool-call dataset: generate and validate.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("generate")
+def data_generate(
+    out: Annotated[Path, typer.Option("--out", help="Output directory (created if missing).")],
+    n: Annotated[int, typer.Option(help="Total rows, train + test.")] = 2_000,
+    seed: Annotated[int, typer.Option(help="Random seed; same seed, same dataset version.")] = 0,
+    test_fraction: Annotated[float, typer.Option(help="Share of rows in the test split.")] = 0.1,
+    chinese_fraction: Annotated[float, typer.Option(help="Share of rows in Chinese.")] = 0.3,
+    paraphrase_url: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible endpoint to paraphrase queries (optional)."),
+    ] = None,
+    paraphrase_model: Annotated[str, typer.Option(help="Model name for paraphrasing.")] = "default",
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Generate train.parquet, test.parquet and manifest.json (version = content hash)."""
+    from pydantic import ValidationError
+
+    from training.data.config import GenerationConfig
+    from training.data.generate import GenerationError, build_manifest, generate_rows, write_dataset
+
+    try:
+        config = GenerationConfig(n=n, seed=seed, test_fraction=test_fraction,
+                                  chinese_fraction=chinese_fraction)
+    except ValidationError as exc:
+        raise typer.BadParameter(_first_error(exc)) from exc
+    try:
+        rows = generate_rows(config, progress=not quiet)
+    except GenerationError as exc:
+        typer.secho(f"generation failed: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    generator_kind = "templates"
+    if paraphrase_url:
+        from training.data.paraphrase import ParaphraseConfig, paraphrase_rows
+
+        stats = paraphrase_rows(rows, ParaphraseConfig(url=paraphrase_url, model=paraphrase_model),
+                                progress=not quiet)
+        generator_kind = "templates+llm"
+        typer.echo(f"paraphrased {stats.accepted}/{stats.attempted} queries "
+                   f"({stats.rejected} rejected, {stats.failed} endpoint failures kept as templates)")
+    manifest = build_manifest(rows, config)
+    manifest["generator"]["kind"] = generator_kind
+    write_dataset(rows, manifest, out)
+    typer.echo(f"dataset {manifest['dataset_version']}: {manifest['rows']} rows "
+               f"({manifest['splits']}) -> {out}")
+    typer.echo(f"categories: {json.dumps(manifest['category'])}")
+    typer.echo(f"next: toolrl data validate {out}")
+
+
+@data_app.command("validate")
+def data_validate(
+    dataset_dir: Annotated[Path, typer.Argument(help="Directory written by `toolrl data generate`.")],
+    max_prompt_tokens: Annotated[int, typer.Option(help="Token budget per rendered prompt.")] = 2_048,
+    category_tolerance: Annotated[
+        float, typer.Option(help="Allowed deviation of each category share from its target.")
+    ] = 0.08,
+    skip_verl: Annotated[bool, typer.Option("--skip-verl", help="Skip the verl RLHFDataset load.")] = False,
+) -> None:
+    """Run the great-expectations suite; exit 1 (with a summary of what failed) on bad data."""
+    from training.data.config import ValidationConfig
+    from training.data.validate import validate_dataset
+
+    if not dataset_dir.is_dir():
+        typer.secho(f"{dataset_dir} is not a directory", fg="red", err=True)
+        raise typer.Exit(2)
+    config = ValidationConfig(max_prompt_tokens=max_prompt_tokens,
+                              category_tolerance=category_tolerance,
+                              check_verl_dataset=not skip_verl)
+    report = validate_dataset(dataset_dir, config)
+    typer.secho(report.summary(), fg="green" if report.success else "red")
+    if not report.success:
+        typer.echo("The dataset must not be used for training. Fix the generator or the input "
+                   "files and validate again.", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("demo")
+def demo(
+    workdir: Annotated[Path, typer.Option(help="Where the demo writes everything.")] = Path("runs/demo"),
+    n: Annotated[int, typer.Option(help="Dataset rows.")] = 2_000,
+) -> None:
+    """Run the pipeline on this machine with the embedded defaults.
+
+    Today this runs the data stage (generate + validate); the training, evaluation,
+    registry and serving stages join as they land (see README)."""
+    from training.data.config import GenerationConfig, ValidationConfig
+    from training.data.generate import generate_dataset
+    from training.data.validate import validate_dataset
+
+    staging = workdir / "data" / "staging"
+    manifest = generate_dataset(GenerationConfig(n=n, seed=0), staging)
+    final = workdir / "data" / manifest["dataset_version"]
+    if final.exists():
+        import shutil
+
+        shutil.rmtree(final)
+    staging.rename(final)
+    report = validate_dataset(final, ValidationConfig())
+    typer.secho(report.summary(), fg="green" if report.success else "red")
+    if not report.success:
+        raise typer.Exit(1)
+    typer.echo(f"\nDataset version {manifest['dataset_version']} is valid: {final}")
+
+
+def _first_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", lambda: [])()
+    if errors:
+        first = errors[0]
+        return f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg')}"
+    return str(exc)
+
+
+if __name__ == "__main__":
+    app()
