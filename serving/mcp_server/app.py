@@ -18,7 +18,7 @@ import hmac
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 import mcp_types as types
@@ -28,7 +28,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from serving.mcp_server.calls import CallRunner
-from serving.mcp_server.config import SESSION_HEADER, SESSION_META_KEY, ServerConfig
+from serving.mcp_server.config import SEQ_HEADER, SESSION_HEADER, SESSION_META_KEY, ServerConfig
 from serving.mcp_server.metrics import Metrics
 from serving.tools import ToolCatalog
 from serving.tools.base import NotesStore
@@ -40,8 +40,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-SEQ_HEADER = "x-toolrl-call-seq"
-"""Optional: index of this call within its session (pins the mock fault draw exactly)."""
 SEQ_META_KEY = "toolrl/seq"
 SERVER_NAME = "toolrl-tools"
 
@@ -71,7 +69,10 @@ def _session_of(
     Precedence: `_meta["toolrl/session"]`, then the `X-Toolrl-Session` header, then the
     MCP session id (stateful deployments). Without any, calls share the anonymous session.
     """
-    meta = params.meta.model_dump(by_alias=True) if params.meta is not None else {}
+    raw_meta: Any = params.meta
+    if hasattr(raw_meta, "model_dump"):
+        raw_meta = raw_meta.model_dump(by_alias=True)
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     session = meta.get(SESSION_META_KEY) or _header(ctx, SESSION_HEADER)
     if not session:
         session = _header(ctx, "mcp-session-id")
@@ -112,8 +113,13 @@ def build_mcp_server(runner: CallRunner) -> Server[Any]:
             is_error=outcome.is_error,
         )
 
+    schemas = {tool.name: dict(tool.parameters) for tool in runner.catalog}
+
     return Server(
         SERVER_NAME,
+        # Without this the SDK runs the tools/list handler on every 2026-07-28 call to
+        # check Mcp-Param-* headers: half of that path's CPU per call.
+        get_tool_input_schema=schemas.get,
         version="1",
         instructions="Tools of the toolrl catalog. Errors come back as tool results with isError.",
         on_list_tools=on_list_tools,
@@ -121,17 +127,21 @@ def build_mcp_server(runner: CallRunner) -> Server[Any]:
     )
 
 
-async def _send_json(send: Send, status: int, payload: Any, headers: list[Any] | None = None) -> None:
+async def _send_json(
+    send: Send, status: int, payload: Any, headers: list[Any] | None = None
+) -> None:
     body = json.dumps(payload).encode()
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            *(headers or []),
-        ],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -169,7 +179,7 @@ class McpApp:
             path = scope["path"]
             if path == self.config.path or path == self.config.path + "/":
                 if self._authorised(scope):
-                    await self.manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
+                    await self.manager.handle_request(scope, receive, send)
                 else:
                     await self._unauthorised(send)
             elif path == "/healthz":
@@ -196,7 +206,10 @@ class McpApp:
             {
                 "jsonrpc": "2.0",
                 "id": None,
-                "error": {"code": -32001, "message": "Unauthorized: missing or invalid bearer token"},
+                "error": {
+                    "code": -32001,
+                    "message": "Unauthorized: missing or invalid bearer token",
+                },
             },
             [(b"www-authenticate", b'Bearer realm="toolrl-mcp"')],
         )
@@ -219,11 +232,13 @@ class McpApp:
             await _send_json(send, 200, self.metrics.snapshot())
             return
         body = self.metrics.render_prometheus().encode()
-        await send({
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-TOKEN_ENV = "TOOLRL_MCP_TOKEN"
+TOKEN_ENV = "TOOLRL_MCP_TOKEN"  # noqa: S105 (a variable name, not a secret)
 """Env var holding the bearer token; read when `--token` is not given."""
 
 URL_ENV = "TOOLRL_MCP_URL"
@@ -16,6 +16,8 @@ URL_ENV = "TOOLRL_MCP_URL"
 DEFAULT_URL = "http://127.0.0.1:8000/mcp"
 SESSION_HEADER = "x-toolrl-session"
 """Header naming the conversation a call belongs to (see docs/parts/mcp.md, session mapping)."""
+SEQ_HEADER = "x-toolrl-call-seq"
+"""Optional header: index of this call within its session (pins the mock fault draw)."""
 SESSION_META_KEY = "toolrl/session"
 """The same, as a `_meta` key of `tools/call`, for clients that cannot set headers per call."""
 
@@ -59,6 +61,10 @@ class ServerConfig(BaseModel):
     """Upper bound on one tool execution; a hung tool answers a timeout tool error."""
     max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
     """Per-process cap on tool executions in flight; further calls wait for a slot."""
+    execution: Literal["auto", "thread", "inline"] = "auto"
+    """thread: tools run in a pool, bounded by call_timeout_s (a hung tool cannot block the
+    loop). inline: on the event loop, no timeout, less overhead (pure CPU tools only).
+    auto: inline for the catalog's own tools in mock mode, thread otherwise."""
     tool_threads: int = Field(default=16, ge=1, le=1024)
     """Threads per process that run tool implementations (they are synchronous)."""
     graceful_timeout_s: float = Field(default=15.0, gt=0.0, le=600.0)

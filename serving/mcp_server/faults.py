@@ -62,8 +62,8 @@ def _uniforms(seed: int, session: str, seq: int) -> tuple[float, float, float, f
     """Four independent U[0,1) draws from a keyed hash (stable across processes and runs)."""
     key = f"{seed}\x1f{session}\x1f{seq}".encode()
     digest = hashlib.blake2b(key, digest_size=32).digest()
-    words = struct.unpack("<4Q", digest)
-    return tuple(w / 2.0**64 for w in words)  # type: ignore[return-value]
+    a, b, c, d = (w / 2.0**64 for w in struct.unpack("<4Q", digest))
+    return a, b, c, d
 
 
 class FaultInjector:

@@ -109,7 +109,7 @@ class Metrics:
         for name, item in snap["tools"].items():
             lines.append(f'toolrl_mcp_tool_errors_total{{tool="{name}"}} {item["errors"]}')
         lines += [
-            "# HELP toolrl_mcp_errors_by_kind_total Tool errors by kind (injected_* are mock faults).",
+            "# HELP toolrl_mcp_errors_by_kind_total Tool errors by kind (injected_*: mock faults).",
             "# TYPE toolrl_mcp_errors_by_kind_total counter",
         ]
         for kind, count in snap["errors_by_kind"].items():

@@ -171,16 +171,18 @@ class McpHttpClient:
             self._session_id = None
             if self.protocol_mode != "legacy" and await self._discover():
                 return
-            status, message, headers = await self._post({
-                "jsonrpc": "2.0",
-                "id": next(self._ids),
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": {},
-                    "clientInfo": CLIENT_INFO,
-                },
-            })
+            status, message, headers = await self._post(
+                {
+                    "jsonrpc": "2.0",
+                    "id": next(self._ids),
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": PROTOCOL_VERSION,
+                        "capabilities": {},
+                        "clientInfo": CLIENT_INFO,
+                    },
+                }
+            )
             result = self._result_of(status, message)
             self._session_id = headers.get("Mcp-Session-Id")
             self._protocol = str(result.get("protocolVersion") or PROTOCOL_VERSION)
@@ -190,12 +192,14 @@ class McpHttpClient:
         """Probe `server/discover` at the modern revision; True when the server adopts it."""
         self._protocol = MODERN_VERSION
         try:
-            status, message, _ = await self._post({
-                "jsonrpc": "2.0",
-                "id": next(self._ids),
-                "method": "server/discover",
-                "params": {"_meta": _ENVELOPE},
-            })
+            status, message, _ = await self._post(
+                {
+                    "jsonrpc": "2.0",
+                    "id": next(self._ids),
+                    "method": "server/discover",
+                    "params": {"_meta": _ENVELOPE},
+                }
+            )
             result = self._result_of(status, message)
         except McpProtocolError:
             result = {}
@@ -237,12 +241,21 @@ class McpHttpClient:
             try:
                 await self.initialize()
             except (aiohttp.ClientError, TimeoutError) as exc:
-                raise McpClientError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
+                raise McpClientError(
+                    f"cannot reach {self.url}: {type(exc).__name__}: {exc}"
+                ) from exc
         async with self._limit:
             for attempt in (0, 1):
-                payload: dict[str, Any] = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
+                payload: dict[str, Any] = {
+                    "jsonrpc": "2.0",
+                    "id": next(self._ids),
+                    "method": method,
+                }
                 if self._protocol == MODERN_VERSION:
-                    params = {**(params or {}), "_meta": {**_ENVELOPE, **(params or {}).get("_meta", {})}}
+                    params = {
+                        **(params or {}),
+                        "_meta": {**_ENVELOPE, **(params or {}).get("_meta", {})},
+                    }
                 if params is not None:
                     payload["params"] = params
                 try:
