@@ -59,14 +59,15 @@ def row_expectations(config: ValidationConfig) -> list[Any]:
 
 def coverage_expectations(config: ValidationConfig) -> list[Any]:
     import great_expectations.expectations as gxe
+    from great_expectations.expectations.row_conditions import Column
 
     return [
         gxe.ExpectColumnValuesToBeBetween(
             column="deviation", min_value=0.0, max_value=config.category_tolerance,
-            row_condition='kind=="category"', condition_parser="pandas"),
+            row_condition=Column("kind") == "category"),
         gxe.ExpectColumnValuesToBeBetween(
             column="count", min_value=config.min_rows_per_tool,
-            row_condition='kind=="tool"', condition_parser="pandas"),
+            row_condition=Column("kind") == "tool"),
     ]
 
 

