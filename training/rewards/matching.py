@@ -44,8 +44,21 @@ def canonical(value: Any) -> Canon:
     return ("?", repr(value)[:200])
 
 
-def call_key(name: str, arguments: Mapping[str, Any]) -> CallKey:
-    return (name, canonical(dict(arguments)))
+_FREE: Canon = ("free",)
+
+
+def call_key(
+    name: str, arguments: Mapping[str, Any], free: frozenset[str] = frozenset()
+) -> CallKey:
+    """The matching key of a call. Arguments named in `free` (free text such as a search
+    query, `ExpectedCall.free_arguments`) only need to be present and non-empty."""
+    if not free:
+        return (name, canonical(dict(arguments)))
+    items = sorted(
+        (str(key), _FREE if key in free and value not in (None, "") else canonical(value))
+        for key, value in arguments.items()
+    )
+    return (name, ("d", *items))
 
 
 def match_calls(actual: Iterable[CallKey], expected: Iterable[CallKey]) -> tuple[int, int]:

@@ -61,6 +61,7 @@ _MAX_PROSE_CHARS = 40_000
 class _Truth:
     truth: GroundTruth | None
     expected: tuple[CallKey, ...] = ()
+    free: Mapping[str, frozenset[str]] = field(default_factory=dict)
     missing_words: tuple[str, ...] = ()
     error: str = ""
 
@@ -106,23 +107,30 @@ class RewardBreakdown:
         }
 
 
-def _expected_key(name: str, arguments: Mapping[str, Any], registry: ToolRegistry) -> CallKey:
+def _expected_key(
+    name: str, arguments: Mapping[str, Any], free: frozenset[str], registry: ToolRegistry
+) -> CallKey:
     if name in registry:
         cleaned, problems = registry.validate(name, arguments)
         if not problems:
-            return call_key(name, cleaned)
-    return call_key(name, arguments)
+            return call_key(name, cleaned, free)
+    return call_key(name, arguments, free)
 
 
 def _build_truth(truth: GroundTruth, registry: ToolRegistry) -> _Truth:
+    free: dict[str, frozenset[str]] = {}
+    for call in truth.expected_calls:
+        if call.free_arguments:
+            free[call.name] = free.get(call.name, frozenset()) | frozenset(call.free_arguments)
     expected = tuple(
-        _expected_key(call.name, call.arguments, registry) for call in truth.expected_calls
+        _expected_key(call.name, call.arguments, free.get(call.name, frozenset()), registry)
+        for call in truth.expected_calls
     )
     missing = truth.missing_argument or ""
     words = tuple(
         word for word in missing.casefold().replace("-", "_").split("_") if len(word) >= 3
     )
-    return _Truth(truth, expected, words or ((missing.casefold(),) if missing else ()))
+    return _Truth(truth, expected, free, words or ((missing.casefold(),) if missing else ()))
 
 
 @lru_cache(maxsize=16_384)
@@ -167,7 +175,12 @@ def _count_retries(turn_calls: list[list[ParsedCall]], responses: list[list[str]
 def _alignment(
     calls: list[ParsedCall], retries: int, truth: _Truth, weights: RuleWeights
 ) -> tuple[float, int]:
-    valid = [call_key(c.name, c.cleaned) for c in calls if c.cleaned is not None]
+    empty: frozenset[str] = frozenset()
+    valid = [
+        call_key(c.name, c.cleaned, truth.free.get(c.name, empty))
+        for c in calls
+        if c.cleaned is not None
+    ]
     invalid = len(calls) - len(valid)
     full, name_only = match_calls(valid, truth.expected)
     missing = len(truth.expected) - full - name_only
