@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-TOKEN_ENV = "TOOLRL_MCP_TOKEN"  # noqa: S105 (a variable name, not a secret)
+TOKEN_ENV = "TOOLRL_MCP_TOKEN"
 """Env var holding the bearer token; read when `--token` is not given."""
 
 URL_ENV = "TOOLRL_MCP_URL"

@@ -34,10 +34,12 @@ import uvicorn
 
 from serving.mcp_server.app import McpApp
 from serving.mcp_server.config import ServerConfig
+from serving.mcp_server.examples import EXAMPLE_CALLS
 from serving.mcp_server.logs import configure_logging
 from serving.mcp_server.metrics import Metrics
 from serving.mcp_server.notes import SqliteNotesStore
 from serving.tools import ToolCatalog, get_catalog
+from serving.tools.base import ToolContext
 
 logger = logging.getLogger("toolrl.mcp.server")
 _FORK = multiprocessing.get_context("fork")
@@ -66,21 +68,13 @@ def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:
 def warm_up(catalog: ToolCatalog) -> None:
     """Build lazy caches (unit registry, knowledge index, time zones) before serving, so the
     first calls are not slow and the caches end up in the frozen heap."""
-    from serving.tools.base import ToolContext  # local: only needed once
-
     context = ToolContext.reference("warm-up")
     for tool in catalog:
-        if tool.stateful:
+        example = EXAMPLE_CALLS.get(tool.name)
+        if example is None or tool.stateful:
             continue
         with contextlib.suppress(Exception):
-            example = {
-                "calculate_math": {"expression": "1+1"},
-                "unit_converter": {"value": 1, "from_unit": "km", "to_unit": "mile"},
-                "get_current_time": {"timezone": "UTC"},
-                "search_knowledge": {"query": "capital of France"},
-            }.get(tool.name)
-            if example is not None:
-                tool.run(example, context, "mock")
+            tool.run(example, context, "mock")
 
 
 def tune_gc() -> None:

@@ -45,7 +45,7 @@ def next_call_seq(session: str) -> int:
     return seq
 
 
-class McpTool(BaseTool):  # type: ignore[misc]  # verl is untyped
+class McpTool(BaseTool):
     """Forwards one verl tool to the MCP server; see the module docstring."""
 
     def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema) -> None:
@@ -61,7 +61,9 @@ class McpTool(BaseTool):  # type: ignore[misc]  # verl is untyped
     def _client(self) -> McpHttpClient:
         return pooled_client(self.url, self.token, self.timeout_s, self.max_concurrency)
 
-    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
+    async def create(
+        self, instance_id: str | None = None, **kwargs: Any
+    ) -> tuple[str, ToolResponse]:
         instance_id = instance_id or str(uuid4())
         create_kwargs = kwargs.get("create_kwargs") or {}
         session = create_kwargs.get("session_id") if isinstance(create_kwargs, dict) else None

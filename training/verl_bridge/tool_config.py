@@ -118,11 +118,13 @@ def build_tool_config(
         config["max_concurrency"] = max_concurrency
         if url:
             config["url"] = url
-        entries.append({
-            "class_name": TOOL_CLASS,
-            "config": config,
-            "tool_schema": flatten_tool(tool, report),
-        })
+        entries.append(
+            {
+                "class_name": TOOL_CLASS,
+                "config": config,
+                "tool_schema": flatten_tool(tool, report),
+            }
+        )
     return {"tools": entries}, report
 
 

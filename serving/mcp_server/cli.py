@@ -1,0 +1,103 @@
+"""`toolrl mcp serve` and `toolrl mcp tool-config`. The lead's CLI calls `register_cli(app)`.
+
+Heavy imports (uvicorn, the MCP SDK, the bridge) happen inside the commands, so that
+`toolrl --help` stays instant, and serving never imports training at module level.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from serving.mcp_server.config import DEFAULT_URL, TOKEN_ENV, URL_ENV
+
+
+def register_cli(app: typer.Typer) -> None:
+    """Add the `mcp` command group to `app`."""
+    mcp_app = typer.Typer(help="MCP tool server and the verl bridge config.", no_args_is_help=True)
+    app.add_typer(mcp_app, name="mcp")
+
+    @mcp_app.command("serve")
+    def serve(
+        mode: Annotated[
+            str, typer.Option(help="mock: frozen clock + fault injection (training); real.")
+        ] = "mock",
+        host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="TCP port (0: pick a free one).")] = 8000,
+        workers: Annotated[int, typer.Option(help="Processes (own SO_REUSEPORT sockets).")] = 2,
+        token: Annotated[
+            str | None,
+            typer.Option(help=f"Bearer token required on /mcp (default: ${TOKEN_ENV})."),
+        ] = None,
+        seed: Annotated[int, typer.Option(help="Mock fault seed.")] = 0,
+        failure_rate: Annotated[float, typer.Option(help="Mock: share of calls that fail.")] = 0.0,
+        empty_rate: Annotated[float, typer.Option(help="Mock: share of empty results.")] = 0.0,
+        latency_ms: Annotated[float, typer.Option(help="Mock: mean injected latency.")] = 0.0,
+        call_timeout_s: Annotated[float, typer.Option(help="Bound on one tool call.")] = 10.0,
+        max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 256 * 1024,
+        log_level: Annotated[str, typer.Option(help="debug|info|warning|error")] = "info",
+        log_calls: Annotated[bool, typer.Option(help="One log line per call.")] = False,
+    ) -> None:
+        """Serve the tool catalog over MCP streamable HTTP at /mcp (plus /healthz, /metrics)."""
+        from pydantic import ValidationError
+
+        from serving.mcp_server.config import FaultConfig, ServerConfig
+        from serving.mcp_server.server import run
+
+        try:
+            config = ServerConfig.model_validate(
+                {
+                    "mode": mode,
+                    "host": host,
+                    "port": port,
+                    "workers": workers,
+                    "token": token,
+                    "call_timeout_s": call_timeout_s,
+                    "max_body_bytes": max_body_bytes,
+                    "log_level": log_level,
+                    "log_calls": log_calls,
+                    "faults": FaultConfig(
+                        seed=seed,
+                        failure_rate=failure_rate,
+                        empty_rate=empty_rate,
+                        latency_ms=latency_ms,
+                    ),
+                }
+            )
+        except ValidationError as exc:
+            raise typer.BadParameter(str(exc.errors()[0]["msg"])) from exc
+        raise typer.Exit(run(config))
+
+    @mcp_app.command("tool-config")
+    def tool_config(
+        out: Annotated[Path, typer.Option("--out", help="YAML file to write.")],
+        url: Annotated[
+            str | None, typer.Option(help=f"MCP endpoint (default: ${URL_ENV} or {DEFAULT_URL}).")
+        ] = None,
+        token: Annotated[
+            str | None, typer.Option(help=f"Bearer token (default: ${TOKEN_ENV}).")
+        ] = None,
+        embed_url: Annotated[
+            bool, typer.Option(help="Write the URL into the config (else workers use the env).")
+        ] = True,
+        timeout_s: Annotated[float, typer.Option(help="Per-call timeout for the bridge.")] = 30.0,
+    ) -> None:
+        """Read tools/list and write verl's native tool-config YAML for the bridge."""
+        from training.verl_bridge.client import McpClientError
+        from training.verl_bridge.tool_config import write_tool_config
+
+        endpoint = url or os.environ.get(URL_ENV) or DEFAULT_URL
+        secret = token or os.environ.get(TOKEN_ENV) or None
+        try:
+            report = write_tool_config(endpoint, out, secret, embed_url, timeout_s)
+        except (McpClientError, OSError) as exc:
+            typer.secho(f"tool-config failed: {exc}", fg="red", err=True)
+            raise typer.Exit(2) from exc
+        typer.echo(f"wrote {out}")
+        if report.changes:
+            typer.echo("flattened for verl (kept only type/description/enum):")
+            for line in report.changes:
+                typer.echo(f"  {line}")
