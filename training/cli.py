@@ -23,7 +23,9 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_show_locals=False,
 )
-data_app = typer.Typer(help="Synthetic tool-call dataset: generate and validate.", no_args_is_help=True)
+data_app = typer.Typer(
+    help="Synthetic tool-call dataset: generate and validate.", no_args_is_help=True
+)
 app.add_typer(data_app, name="data")
 
 
@@ -48,8 +50,9 @@ def data_generate(
     from training.data.generate import GenerationError, build_manifest, generate_rows, write_dataset
 
     try:
-        config = GenerationConfig(n=n, seed=seed, test_fraction=test_fraction,
-                                  chinese_fraction=chinese_fraction)
+        config = GenerationConfig(
+            n=n, seed=seed, test_fraction=test_fraction, chinese_fraction=chinese_fraction
+        )
     except ValidationError as exc:
         raise typer.BadParameter(_first_error(exc)) from exc
     try:
@@ -61,28 +64,39 @@ def data_generate(
     if paraphrase_url:
         from training.data.paraphrase import ParaphraseConfig, paraphrase_rows
 
-        stats = paraphrase_rows(rows, ParaphraseConfig(url=paraphrase_url, model=paraphrase_model),
-                                progress=not quiet)
+        stats = paraphrase_rows(
+            rows, ParaphraseConfig(url=paraphrase_url, model=paraphrase_model), progress=not quiet
+        )
         generator_kind = "templates+llm"
-        typer.echo(f"paraphrased {stats.accepted}/{stats.attempted} queries "
-                   f"({stats.rejected} rejected, {stats.failed} endpoint failures kept as templates)")
+        typer.echo(
+            f"paraphrased {stats.accepted}/{stats.attempted} queries "
+            f"({stats.rejected} rejected, {stats.failed} endpoint failures kept as templates)"
+        )
     manifest = build_manifest(rows, config)
     manifest["generator"]["kind"] = generator_kind
     write_dataset(rows, manifest, out)
-    typer.echo(f"dataset {manifest['dataset_version']}: {manifest['rows']} rows "
-               f"({manifest['splits']}) -> {out}")
+    typer.echo(
+        f"dataset {manifest['dataset_version']}: {manifest['rows']} rows "
+        f"({manifest['splits']}) -> {out}"
+    )
     typer.echo(f"categories: {json.dumps(manifest['category'])}")
     typer.echo(f"next: toolrl data validate {out}")
 
 
 @data_app.command("validate")
 def data_validate(
-    dataset_dir: Annotated[Path, typer.Argument(help="Directory written by `toolrl data generate`.")],
-    max_prompt_tokens: Annotated[int, typer.Option(help="Token budget per rendered prompt.")] = 2_048,
+    dataset_dir: Annotated[
+        Path, typer.Argument(help="Directory written by `toolrl data generate`.")
+    ],
+    max_prompt_tokens: Annotated[
+        int, typer.Option(help="Token budget per rendered prompt.")
+    ] = 2_048,
     category_tolerance: Annotated[
         float, typer.Option(help="Allowed deviation of each category share from its target.")
     ] = 0.08,
-    skip_verl: Annotated[bool, typer.Option("--skip-verl", help="Skip the verl RLHFDataset load.")] = False,
+    skip_verl: Annotated[
+        bool, typer.Option("--skip-verl", help="Skip the verl RLHFDataset load.")
+    ] = False,
 ) -> None:
     """Run the great-expectations suite; exit 1 (with a summary of what failed) on bad data."""
     from training.data.config import ValidationConfig
@@ -91,20 +105,27 @@ def data_validate(
     if not dataset_dir.is_dir():
         typer.secho(f"{dataset_dir} is not a directory", fg="red", err=True)
         raise typer.Exit(2)
-    config = ValidationConfig(max_prompt_tokens=max_prompt_tokens,
-                              category_tolerance=category_tolerance,
-                              check_verl_dataset=not skip_verl)
+    config = ValidationConfig(
+        max_prompt_tokens=max_prompt_tokens,
+        category_tolerance=category_tolerance,
+        check_verl_dataset=not skip_verl,
+    )
     report = validate_dataset(dataset_dir, config)
     typer.secho(report.summary(), fg="green" if report.success else "red")
     if not report.success:
-        typer.echo("The dataset must not be used for training. Fix the generator or the input "
-                   "files and validate again.", err=True)
+        typer.echo(
+            "The dataset must not be used for training. Fix the generator or the input "
+            "files and validate again.",
+            err=True,
+        )
         raise typer.Exit(1)
 
 
 @app.command("demo")
 def demo(
-    workdir: Annotated[Path, typer.Option(help="Where the demo writes everything.")] = Path("runs/demo"),
+    workdir: Annotated[Path, typer.Option(help="Where the demo writes everything.")] = Path(
+        "runs/demo"
+    ),
     n: Annotated[int, typer.Option(help="Dataset rows.")] = 2_000,
 ) -> None:
     """Run the pipeline on this machine with the embedded defaults.
@@ -131,10 +152,12 @@ def demo(
 
 
 def _first_error(exc: Exception) -> str:
-    errors = getattr(exc, "errors", lambda: [])()
+    errors: list[dict[str, object]] = getattr(exc, "errors", lambda: [])()
     if errors:
         first = errors[0]
-        return f"{'.'.join(str(p) for p in first.get('loc', ()))}: {first.get('msg')}"
+        location = first.get("loc", ())
+        parts = location if isinstance(location, tuple) else ()
+        return f"{'.'.join(str(p) for p in parts)}: {first.get('msg')}"
     return str(exc)
 
 

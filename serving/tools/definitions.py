@@ -50,7 +50,7 @@ def _calculate(args: dict[str, Any], _: ToolContext) -> dict[str, Any]:
 
 # --- unit_converter -------------------------------------------------------------------------
 @cache
-def unit_registry() -> pint.UnitRegistry:
+def unit_registry() -> pint.UnitRegistry:  # type: ignore[type-arg]
     """One registry per process: building it costs ~100 ms, conversions then cost µs."""
     return pint.UnitRegistry(autoconvert_offset_to_baseunit=True)
 
@@ -201,9 +201,9 @@ def _knowledge_records() -> tuple[dict[str, Any], ...]:
                     f"{country['population_millions']} million."
                 ),
                 "facts": {
-                **{k: v for k, v in country.items() if k != "name"},
-                "capital_zh": _zh_name(country["capital"]),
-            },
+                    **{k: v for k, v in country.items() if k != "name"},
+                    "capital_zh": _zh_name(country["capital"]),
+                },
             }
         )
     for city in world["cities"]:
@@ -226,7 +226,9 @@ def _knowledge_records() -> tuple[dict[str, Any], ...]:
         records.append(
             {
                 "title": product["name"],
-                "text": f"{product['name']} ({product['key']}), list price {product['price_usd']} USD.",
+                "text": (
+                    f"{product['name']} ({product['key']}), list price {product['price_usd']} USD."
+                ),
                 "facts": {"product": product["key"], "price_usd": product["price_usd"]},
             }
         )

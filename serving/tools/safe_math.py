@@ -51,8 +51,8 @@ def _checked_pow(base: Number, exponent: Number) -> Number:
             raise MathError("result too large")
     if base == 0 and exponent < 0:
         raise MathError("division by zero")
-    result = operator.pow(base, exponent)
-    if isinstance(result, complex):
+    result: object = operator.pow(base, exponent)
+    if not isinstance(result, int | float):
         raise MathError("result is not a real number")
     return result
 
@@ -76,9 +76,9 @@ def _checked_mod(a: Number, b: Number) -> Number:
 
 
 def _checked_mult(a: Number, b: Number) -> Number:
-    if isinstance(a, int) and isinstance(b, int):
-        if abs(a).bit_length() + abs(b).bit_length() > MAX_INT_BITS:
-            raise MathError("result too large")
+    both_int = isinstance(a, int) and isinstance(b, int)
+    if both_int and abs(int(a)).bit_length() + abs(int(b)).bit_length() > MAX_INT_BITS:
+        raise MathError("result too large")
     return a * b
 
 

@@ -98,12 +98,15 @@ def test_arbitrary_text_never_escapes_math_error(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(
-    st.integers(-10**6, 10**6).map(str) | st.sampled_from(["pi", "e", "2.5"]),
-    lambda inner: st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "**", "%", "//"]), inner)
-    .map(lambda t: f"({t[0]}{t[1]}{t[2]})"),
-    max_leaves=30,
-))
+@given(
+    st.recursive(
+        st.integers(-(10**6), 10**6).map(str) | st.sampled_from(["pi", "e", "2.5"]),
+        lambda inner: st.tuples(
+            inner, st.sampled_from(["+", "-", "*", "/", "**", "%", "//"]), inner
+        ).map(lambda t: f"({t[0]}{t[1]}{t[2]})"),
+        max_leaves=30,
+    )
+)
 def test_random_arithmetic_trees_are_bounded(expression: str) -> None:
     started = time.monotonic()
     try:

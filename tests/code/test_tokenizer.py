@@ -37,8 +37,11 @@ def test_special_tokens_follow_the_kept_ranks(tiny_tokenizer) -> None:  # type: 
 
 def test_chat_template_renders_tool_schemas(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
     text = tiny_tokenizer.apply_chat_template(
-        [{"role": "user", "content": "hi"}], tools=get_catalog().openai_schemas(),
-        tokenize=False, add_generation_prompt=True)
+        [{"role": "user", "content": "hi"}],
+        tools=get_catalog().openai_schemas(),
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert "<tools>" in text and '"name": "calculate_math"' in text
     assert text.endswith("<|im_start|>assistant\n")
 

@@ -13,15 +13,21 @@ from serving.tools import ToolContext, ToolError, get_catalog
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=50),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
 
 def arguments_for(name: str) -> st.SearchStrategy[Any]:
     properties = get_catalog().get(name).parameters["properties"]
-    return st.dictionaries(st.sampled_from(sorted(properties)) | st.text(max_size=10), JSON,
-                           max_size=5) | JSON
+    return (
+        st.dictionaries(
+            st.sampled_from(sorted(properties)) | st.text(max_size=10), JSON, max_size=5
+        )
+        | JSON
+    )
 
 
 @pytest.mark.parametrize("name", get_catalog().names)

@@ -18,7 +18,9 @@ from training.data.validate import query_shape
 
 def load(small_dataset: tuple[Path, dict[str, Any]]) -> pd.DataFrame:
     out, _ = small_dataset
-    return pd.concat([pd.read_parquet(out / "train.parquet"), pd.read_parquet(out / "test.parquet")])
+    return pd.concat(
+        [pd.read_parquet(out / "train.parquet"), pd.read_parquet(out / "test.parquet")]
+    )
 
 
 def test_rows_follow_verl_agent_loop_schema(small_dataset: tuple[Path, dict[str, Any]]) -> None:
@@ -45,14 +47,18 @@ def test_manifest_counts_match_files(small_dataset: tuple[Path, dict[str, Any]])
     assert all(count > 0 for count in manifest["tools"].values())
 
 
-def test_ground_truth_is_what_the_real_tools_return(small_dataset: tuple[Path, dict[str, Any]]) -> None:
+def test_ground_truth_is_what_the_real_tools_return(
+    small_dataset: tuple[Path, dict[str, Any]],
+) -> None:
     frame = load(small_dataset)
     catalog = get_catalog()
     for _, row in frame.sample(60, random_state=0).iterrows():
         truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
         context = ToolContext.reference(session_id="check")
-        results = [[catalog.execute(c.name, c.arguments, context, mode="real") for c in step]
-                   for step in truth.steps]
+        results = [
+            [catalog.execute(c.name, c.arguments, context, mode="real") for c in step]
+            for step in truth.steps
+        ]
         assert results == truth.results
         blob = json.dumps(results, ensure_ascii=False)
         assert all(answer in blob for answer in truth.answers)
@@ -67,12 +73,16 @@ def test_multi_step_rows_chain_results(small_dataset: tuple[Path, dict[str, Any]
     for _, row in multi.iterrows():
         truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
         first = json.dumps(truth.results[0], ensure_ascii=False)
-        later_args = [str(v) for step in truth.steps[1:] for c in step for v in c.arguments.values()]
+        later_args = [
+            str(v) for step in truth.steps[1:] for c in step for v in c.arguments.values()
+        ]
         chained += any(value in first for value in later_args if len(value) > 1)
     assert chained / len(multi) > 0.6  # most chains feed an earlier result into a later call
 
 
-def test_every_category_and_both_languages_present(small_dataset: tuple[Path, dict[str, Any]]) -> None:
+def test_every_category_and_both_languages_present(
+    small_dataset: tuple[Path, dict[str, Any]],
+) -> None:
     frame = load(small_dataset)
     assert set(frame["category"]) == {c.value for c in Category}
     assert set(frame["language"]) == {"en", "zh"}
@@ -83,7 +93,9 @@ def test_every_category_and_both_languages_present(small_dataset: tuple[Path, di
     assert all(t.missing_argument and not t.steps for t in truths)
 
 
-def test_no_near_duplicates_between_train_and_test(small_dataset: tuple[Path, dict[str, Any]]) -> None:
+def test_no_near_duplicates_between_train_and_test(
+    small_dataset: tuple[Path, dict[str, Any]],
+) -> None:
     out, _ = small_dataset
     train = pd.read_parquet(out / "train.parquet")
     test = pd.read_parquet(out / "test.parquet")
@@ -106,8 +118,13 @@ def test_same_seed_same_version_other_seed_other_version() -> None:
 
 @pytest.mark.parametrize(
     "settings",
-    [{"n": 5}, {"test_fraction": 0.9}, {"category_mix": {"single": 0.5}}, {"bogus": 1},
-     {"category_mix": {"single": 1.5, "parallel": -0.5}}],
+    [
+        {"n": 5},
+        {"test_fraction": 0.9},
+        {"category_mix": {"single": 0.5}},
+        {"bogus": 1},
+        {"category_mix": {"single": 1.5, "parallel": -0.5}},
+    ],
 )
 def test_bad_generation_settings_are_rejected(settings: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="validation error"):

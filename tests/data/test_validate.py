@@ -26,7 +26,9 @@ def rewrite(path: Path, edit: Any) -> None:
     frame.to_parquet(path, index=False)
 
 
-def test_valid_dataset_passes_and_writes_data_docs(small_dataset: tuple[Path, dict[str, Any]]) -> None:
+def test_valid_dataset_passes_and_writes_data_docs(
+    small_dataset: tuple[Path, dict[str, Any]],
+) -> None:
     out, manifest = small_dataset
     report = validate_dataset(out, ValidationConfig())
     assert report.success, report.summary()
@@ -62,7 +64,9 @@ def test_missing_file_is_reported(dataset_copy: Path) -> None:
 
 
 def test_wrong_schema_is_reported(dataset_copy: Path) -> None:
-    rewrite(dataset_copy / "train.parquet", lambda f: f.drop(columns=["reward_model", "agent_name"]))
+    rewrite(
+        dataset_copy / "train.parquet", lambda f: f.drop(columns=["reward_model", "agent_name"])
+    )
     report = validate_dataset(dataset_copy, FAST)
     assert "train_file_readable" in failed_names(report)
     assert "lacks required columns: agent_name, reward_model" in report.summary()
@@ -122,7 +126,9 @@ def test_unparseable_ground_truth_is_reported(dataset_copy: Path) -> None:
 
 
 def test_duplicate_prompt_is_reported(dataset_copy: Path) -> None:
-    rewrite(dataset_copy / "train.parquet", lambda f: pd.concat([f, f.iloc[[0]]], ignore_index=True))
+    rewrite(
+        dataset_copy / "train.parquet", lambda f: pd.concat([f, f.iloc[[0]]], ignore_index=True)
+    )
     report = validate_dataset(dataset_copy, FAST)
     assert "expect_column_values_to_be_unique(query)" in failed_names(report)
 
@@ -149,8 +155,9 @@ def test_category_coverage_out_of_bounds_is_reported(dataset_copy: Path) -> None
 
 
 def test_prompt_over_token_budget_is_reported(small_dataset: tuple[Path, dict[str, Any]]) -> None:
-    report = validate_dataset(small_dataset[0], ValidationConfig(max_prompt_tokens=100,
-                                                                 check_verl_dataset=False))
+    report = validate_dataset(
+        small_dataset[0], ValidationConfig(max_prompt_tokens=100, check_verl_dataset=False)
+    )
     assert "expect_column_values_to_be_between(prompt_tokens)" in failed_names(report)
 
 

@@ -13,7 +13,9 @@ TOOLRL = [sys.executable, "-m", "training.cli"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TOOLRL, *args], capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [*TOOLRL, *args], capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def test_generate_then_validate_through_the_cli(tmp_path: Path) -> None:

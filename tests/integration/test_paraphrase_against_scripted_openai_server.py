@@ -64,8 +64,11 @@ def test_faithful_paraphrases_are_accepted(scripted_server: Callable[[Reply], st
 
 def test_paraphrase_that_drops_a_value_is_rejected(scripted_server: Callable[[Reply], str]) -> None:
     url = scripted_server(lambda q: (200, completion("Some vague question without numbers")))
-    rows = [r for r in generate_rows(GenerationConfig(n=60, seed=2), progress=False)
-            if r["category"] == "single" and any(ch.isdigit() for ch in r["query"])]
+    rows = [
+        r
+        for r in generate_rows(GenerationConfig(n=60, seed=2), progress=False)
+        if r["category"] == "single" and any(ch.isdigit() for ch in r["query"])
+    ]
     originals = [r["query"] for r in rows]
     stats = paraphrase_rows(rows, ParaphraseConfig(url=url), progress=False)
     assert stats.rejected == len(rows) > 0
@@ -74,8 +77,12 @@ def test_paraphrase_that_drops_a_value_is_rejected(scripted_server: Callable[[Re
 
 @pytest.mark.parametrize(
     "reply",
-    [lambda q: (500, "oops"), lambda q: (200, "not json"), lambda q: (200, json.dumps({"x": 1})),
-     lambda q: (429, completion("rate limited"))],
+    [
+        lambda q: (500, "oops"),
+        lambda q: (200, "not json"),
+        lambda q: (200, json.dumps({"x": 1})),
+        lambda q: (429, completion("rate limited")),
+    ],
 )
 def test_endpoint_failures_keep_the_template_query(
     scripted_server: Callable[[Reply], str], reply: Reply
@@ -83,14 +90,14 @@ def test_endpoint_failures_keep_the_template_query(
     url = scripted_server(reply)
     rows = generate_rows(GenerationConfig(n=10, seed=3), progress=False)
     originals = [r["query"] for r in rows]
-    stats = paraphrase_rows(rows, ParaphraseConfig(url=url, retries=1, timeout_s=5),
-                            progress=False)
+    stats = paraphrase_rows(rows, ParaphraseConfig(url=url, retries=1, timeout_s=5), progress=False)
     assert stats.failed == 10 and stats.accepted == 0
     assert [r["query"] for r in rows] == originals
 
 
 def test_unreachable_endpoint_is_counted_not_raised() -> None:
     rows = generate_rows(GenerationConfig(n=10, seed=3), progress=False)
-    stats = paraphrase_rows(rows, ParaphraseConfig(url="http://127.0.0.1:9/v1", retries=0,
-                                                   timeout_s=2), progress=False)
+    stats = paraphrase_rows(
+        rows, ParaphraseConfig(url="http://127.0.0.1:9/v1", retries=0, timeout_s=2), progress=False
+    )
     assert stats.failed == 10

@@ -21,24 +21,48 @@ COVERAGE_SUITE = "toolrl_dataset_coverage"
 SITE = "toolrl_local"
 
 #: Flags computed by `check_row_truth` and the overlap pass: each must be True (or False).
-MUST_BE_TRUE = ("gt_parses", "tools_known", "args_valid", "gt_recomputes",
-                "calls_consistent", "split_consistent", "user_matches_query")
+MUST_BE_TRUE = (
+    "gt_parses",
+    "tools_known",
+    "args_valid",
+    "gt_recomputes",
+    "calls_consistent",
+    "split_consistent",
+    "user_matches_query",
+)
 MUST_BE_FALSE = ("overlap_exact", "overlap_shape", "overlap_template")
 
 
-def row_expectations(config: ValidationConfig) -> list[Any]:
-    import great_expectations.expectations as gxe
+def _gx_expectations() -> Any:
+    """great-expectations' expectation classes, imported late (4 s import) and untyped."""
+    import importlib
 
-    required = ("query", "category", "difficulty", "language", "agent_name", "data_source",
-                "index", "split", "template_id")
+    return importlib.import_module("great_expectations.expectations")
+
+
+def row_expectations(config: ValidationConfig) -> list[Any]:
+    gxe = _gx_expectations()
+
+    required = (
+        "query",
+        "category",
+        "difficulty",
+        "language",
+        "agent_name",
+        "data_source",
+        "index",
+        "split",
+        "template_id",
+    )
     expectations: list[Any] = [
         gxe.ExpectTableRowCountToBeBetween(min_value=config.min_rows),
         *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in required],
         gxe.ExpectColumnValuesToBeInSet(column="agent_name", value_set=[AGENT_NAME]),
         gxe.ExpectColumnValuesToBeInSet(column="data_source", value_set=[DATA_SOURCE]),
         gxe.ExpectColumnValuesToBeInSet(column="category", value_set=[c.value for c in Category]),
-        gxe.ExpectColumnValuesToBeInSet(column="difficulty",
-                                        value_set=[d.value for d in Difficulty]),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="difficulty", value_set=[d.value for d in Difficulty]
+        ),
         gxe.ExpectColumnValuesToBeInSet(column="language", value_set=["en", "zh"]),
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "test"]),
         gxe.ExpectColumnValuesToBeInSet(column="prompt_roles", value_set=["system,user"]),
@@ -46,33 +70,51 @@ def row_expectations(config: ValidationConfig) -> list[Any]:
         gxe.ExpectColumnValuesToBeUnique(column="query_norm"),
         gxe.ExpectColumnValuesToBeUnique(column="index"),
         gxe.ExpectColumnValuesToBeBetween(column="num_steps", min_value=0, max_value=8),
-        gxe.ExpectColumnValuesToBeBetween(column="prompt_tokens", min_value=1,
-                                          max_value=config.max_prompt_tokens),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="prompt_tokens", min_value=1, max_value=config.max_prompt_tokens
+        ),
         gxe.ExpectColumnValueLengthsToBeBetween(column="query", min_value=2, max_value=2_000),
     ]
-    expectations += [gxe.ExpectColumnValuesToBeInSet(column=c, value_set=[True])
-                     for c in MUST_BE_TRUE]
-    expectations += [gxe.ExpectColumnValuesToBeInSet(column=c, value_set=[False])
-                     for c in MUST_BE_FALSE]
+    expectations += [
+        gxe.ExpectColumnValuesToBeInSet(column=c, value_set=[True]) for c in MUST_BE_TRUE
+    ]
+    expectations += [
+        gxe.ExpectColumnValuesToBeInSet(column=c, value_set=[False]) for c in MUST_BE_FALSE
+    ]
     return expectations
 
 
 def coverage_expectations(config: ValidationConfig) -> list[Any]:
-    import great_expectations.expectations as gxe
+    gxe = _gx_expectations()
     from great_expectations.expectations.row_conditions import Column
 
     return [
         gxe.ExpectColumnValuesToBeBetween(
-            column="deviation", min_value=0.0, max_value=config.category_tolerance,
-            row_condition=Column("kind") == "category"),
+            column="deviation",
+            min_value=0.0,
+            max_value=config.category_tolerance,
+            row_condition=Column("kind") == "category",
+        ),
         gxe.ExpectColumnValuesToBeBetween(
-            column="count", min_value=config.min_rows_per_tool,
-            row_condition=Column("kind") == "tool"),
+            column="count",
+            min_value=config.min_rows_per_tool,
+            row_condition=Column("kind") == "tool",
+        ),
     ]
 
 
+def _update_docs_action() -> Any:
+    import importlib
+
+    return importlib.import_module("great_expectations.checkpoint").UpdateDataDocsAction
+
+
 def _quiet_great_expectations() -> None:
-    for name in ("great_expectations", "great_expectations.core", "great_expectations.data_context"):
+    for name in (
+        "great_expectations",
+        "great_expectations.core",
+        "great_expectations.data_context",
+    ):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -93,8 +135,10 @@ def run_suites(
         site_name=SITE,
         site_config={
             "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                              "base_directory": str(site_dir)},
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(site_dir),
+            },
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         },
     )
@@ -115,7 +159,7 @@ def run_suites(
             gx.Checkpoint(
                 name=f"{name}_checkpoint",
                 validation_definitions=[definition],
-                actions=[gx.checkpoint.UpdateDataDocsAction(name="docs", site_names=[SITE])],
+                actions=[_update_docs_action()(name="docs", site_names=[SITE])],
                 result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
             )
         )
@@ -123,14 +167,17 @@ def run_suites(
         for validation in outcome.run_results.values():
             for item in validation.results:
                 summary = item.result or {}
+                config_: Any = item.expectation_config
                 results.append(
                     {
                         "suite": name,
-                        "expectation": item.expectation_config.type,
-                        "column": item.expectation_config.kwargs.get("column"),
+                        "expectation": config_.type,
+                        "column": config_.kwargs.get("column"),
                         "success": bool(item.success),
                         "unexpected_count": summary.get("unexpected_count"),
-                        "examples": [str(v)[:160] for v in summary.get("partial_unexpected_list", [])],
+                        "examples": [
+                            str(v)[:160] for v in summary.get("partial_unexpected_list", [])
+                        ],
                         "observed": summary.get("observed_value"),
                     }
                 )

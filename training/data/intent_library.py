@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+from serving.tools.providers import load_world
 from training.data.intents import (
     COUNTRY_ZH,
     LANG_ZH,
@@ -27,10 +28,9 @@ from training.data.intents import (
     random_expression,
 )
 from training.data.schema import Category, Difficulty
-from serving.tools.providers import load_world
 
 S, P, M = Category.SINGLE, Category.PARALLEL, Category.MULTI_STEP
-I, C = Category.IRRELEVANCE, Category.CLARIFICATION
+IRR, CLAR = Category.IRRELEVANCE, Category.CLARIFICATION
 EASY, MEDIUM, HARD = Difficulty.EASY, Difficulty.MEDIUM, Difficulty.HARD
 CURRENCIES = sorted(load_world()["usd_rates"])
 
@@ -704,8 +704,10 @@ INTENTS: tuple[Intent, ...] = (
         M,
         HARD,
         (
-            "Convert {amount} {src} to {dst}, then split it equally among {n} people. How much each?",
-            "We have {amount} {src} to share between {n} friends, paid in {dst}. What does each get?",
+            "Convert {amount} {src} to {dst}, then split it equally among {n} people. "
+            "How much each?",
+            "We have {amount} {src} to share between {n} friends, paid in {dst}. "
+            "What does each get?",
             "{amount} {src} in {dst}, divided by {n}: how much is one share?",
         ),
         (
@@ -758,7 +760,7 @@ INTENTS: tuple[Intent, ...] = (
     ),
     _intent(
         "irrelevant_write",
-        I,
+        IRR,
         EASY,
         (
             "Write {form} about {topic}.",
@@ -771,7 +773,7 @@ INTENTS: tuple[Intent, ...] = (
     ),
     _intent(
         "irrelevant_explain",
-        I,
+        IRR,
         EASY,
         (
             "Explain {concept} in {n} sentences.",
@@ -788,7 +790,7 @@ INTENTS: tuple[Intent, ...] = (
     ),
     _intent(
         "clarify_weather",
-        C,
+        CLAR,
         MEDIUM,
         (
             "What's the weather like {when}?",
@@ -800,7 +802,7 @@ INTENTS: tuple[Intent, ...] = (
     ),
     _intent(
         "clarify_exchange",
-        C,
+        CLAR,
         MEDIUM,
         (
             "How much is {amount} in {dst}?",
@@ -812,7 +814,7 @@ INTENTS: tuple[Intent, ...] = (
     ),
     _intent(
         "clarify_units",
-        C,
+        CLAR,
         MEDIUM,
         ("Convert {value} into {dst}.", "How many {dst} is {value}?"),
         ("把 {value} 换算成{dst}。", "{value} 是多少{dst}？"),
@@ -820,7 +822,7 @@ INTENTS: tuple[Intent, ...] = (
     ),
     _intent(
         "clarify_date",
-        C,
+        CLAR,
         MEDIUM,
         ("What date is {days} days after my start date?", "Add {days} days to the date, please."),
         ("我的开始日期之后 {days} 天是几号？", "帮我把那个日期加上 {days} 天。"),
@@ -828,7 +830,7 @@ INTENTS: tuple[Intent, ...] = (
     ),
     _intent(
         "clarify_translate",
-        C,
+        CLAR,
         MEDIUM,
         ("Translate {thing} into {lang}.", "Can you put {thing} into {lang}?"),
         ("把{thing}翻译成{lang}。", "请把{thing}译成{lang}。"),

@@ -31,7 +31,9 @@ class ParaphraseConfig(BaseModel):
 
     url: str = Field(description="Base URL of an OpenAI-compatible API, e.g. http://host:8000/v1")
     model: str = Field(default="default", description="Model name sent to the endpoint.")
-    api_key: str | None = Field(default=None, description="Bearer token, if the endpoint needs one.")
+    api_key: str | None = Field(
+        default=None, description="Bearer token, if the endpoint needs one."
+    )
     concurrency: int = Field(default=8, ge=1, le=256, description="Requests in flight.")
     timeout_s: float = Field(default=30.0, gt=0, description="Per-request timeout.")
     retries: int = Field(default=2, ge=0, le=10, description="Retries with backoff per query.")
@@ -67,13 +69,19 @@ def accept(candidate: str, row: dict[str, Any], seen: set[str]) -> bool:
 
 
 async def _ask(client: httpx.AsyncClient, config: ParaphraseConfig, query: str) -> str | None:
-    body = {"model": config.model, "temperature": config.temperature, "max_tokens": 256,
-            "messages": [{"role": "user", "content": PROMPT.format(query=query)}]}
+    body = {
+        "model": config.model,
+        "temperature": config.temperature,
+        "max_tokens": 256,
+        "messages": [{"role": "user", "content": PROMPT.format(query=query)}],
+    }
     for attempt in range(config.retries + 1):
         try:
             response = await client.post("/chat/completions", json=body)
             if response.status_code in (429, 500, 502, 503, 504):
-                raise httpx.HTTPStatusError("retryable", request=response.request, response=response)
+                raise httpx.HTTPStatusError(
+                    "retryable", request=response.request, response=response
+                )
             response.raise_for_status()
             content = response.json()["choices"][0]["message"]["content"]
             return content if isinstance(content, str) else None
@@ -92,8 +100,9 @@ async def _paraphrase_all(
     gate = asyncio.Semaphore(config.concurrency)
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     bar = tqdm(total=len(rows), desc="paraphrasing", unit="row", disable=not progress)
-    async with httpx.AsyncClient(base_url=config.url.rstrip("/"), headers=headers,
-                                 timeout=config.timeout_s) as client:
+    async with httpx.AsyncClient(
+        base_url=config.url.rstrip("/"), headers=headers, timeout=config.timeout_s
+    ) as client:
 
         async def one(row: dict[str, Any]) -> None:
             async with gate:

@@ -22,7 +22,11 @@ import pyarrow.parquet as pq
 
 from serving.tools import ToolContext, ToolError, get_catalog
 from training.data.config import GenerationConfig, ValidationConfig
-from training.data.schema import AGENT_NAME, DATA_SOURCE, ROW_COLUMNS, Category, Difficulty, GroundTruth
+from training.data.schema import (
+    ROW_COLUMNS,
+    Category,
+    GroundTruth,
+)
 from training.data.tokens import prompt_tokens
 
 SPLITS = ("train", "test")
@@ -56,8 +60,10 @@ class ValidationReport:
 
     def summary(self) -> str:
         status = "PASSED" if self.success else "FAILED"
-        lines = [f"Dataset {self.dataset_dir} ({self.rows} rows): validation {status}, "
-                 f"{len(self.checks) - len(self.failed)}/{len(self.checks)} checks passed"]
+        lines = [
+            f"Dataset {self.dataset_dir} ({self.rows} rows): validation {status}, "
+            f"{len(self.checks) - len(self.failed)}/{len(self.checks)} checks passed"
+        ]
         for check in self.failed:
             lines.append(f"  x {check.name}: {check.detail}")
             lines.extend(f"      e.g. {example}" for example in check.examples[:3])
@@ -66,9 +72,14 @@ class ValidationReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dataset_dir": self.dataset_dir, "success": self.success, "rows": self.rows,
-                "dataset_version": self.dataset_version, "data_docs": self.data_docs,
-                "checks": [c.__dict__ for c in self.checks]}
+        return {
+            "dataset_dir": self.dataset_dir,
+            "success": self.success,
+            "rows": self.rows,
+            "dataset_version": self.dataset_version,
+            "data_docs": self.data_docs,
+            "checks": [c.__dict__ for c in self.checks],
+        }
 
 
 # ---- loading ------------------------------------------------------------------------------
@@ -81,12 +92,14 @@ def load_split(path: Path) -> pd.DataFrame:
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DatasetFileError(f"{path.name} is not a readable parquet file "
-                               f"(truncated or corrupt?): {exc}") from exc
+        raise DatasetFileError(
+            f"{path.name} is not a readable parquet file (truncated or corrupt?): {exc}"
+        ) from exc
     missing = [c for c in ROW_COLUMNS if c not in table.column_names]
     if missing:
         raise DatasetFileError(f"{path.name} lacks required columns: {', '.join(missing)}")
-    return table.to_pandas()
+    frame: pd.DataFrame = table.to_pandas()
+    return frame
 
 
 # ---- derived check columns ----------------------------------------------------------------
@@ -116,8 +129,14 @@ def _first_problem(checks: list[Callable[[], str | None]]) -> str | None:
 
 def check_row_truth(row: dict[str, Any]) -> dict[str, Any]:
     """Parse a row's ground truth and re-execute its calls; return one flag per property."""
-    flags = {"gt_parses": False, "tools_known": False, "args_valid": False,
-             "gt_recomputes": False, "calls_consistent": False, "problem": None}
+    flags: dict[str, Any] = {
+        "gt_parses": False,
+        "tools_known": False,
+        "args_valid": False,
+        "gt_recomputes": False,
+        "calls_consistent": False,
+        "problem": None,
+    }
     try:
         truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
     except (ValueError, TypeError, KeyError) as exc:
@@ -145,11 +164,14 @@ def check_row_truth(row: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError):
         expected_calls = None
     flags["calls_consistent"] = expected_calls == [
-        [c.model_dump() for c in step] for step in truth.steps]
+        [c.model_dump() for c in step] for step in truth.steps
+    ]
     context = ToolContext.reference(session_id=f"validate-{row['extra_info']['index']}")
     try:
-        results = [[catalog.execute(c.name, c.arguments, context, mode="mock") for c in step]
-                   for step in truth.steps]
+        results = [
+            [catalog.execute(c.name, c.arguments, context, mode="mock") for c in step]
+            for step in truth.steps
+        ]
     except ToolError as exc:
         flags["problem"] = f"expected call fails when executed: {str(exc)[:160]}"
         return flags
@@ -169,20 +191,35 @@ def derive_frame(splits: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One flat frame (both splits) with the raw columns and the computed check columns."""
     parts = []
     for split, frame in splits.items():
-        part = pd.DataFrame({
-            "file_split": split,
-            "split": frame["extra_info"].map(lambda e: e.get("split") if isinstance(e, dict) else None),
-            "index": frame["extra_info"].map(lambda e: e.get("index") if isinstance(e, dict) else None),
-            "data_source": frame["data_source"], "agent_name": frame["agent_name"],
-            "query": frame["query"], "category": frame["category"],
-            "difficulty": frame["difficulty"], "language": frame["language"],
-            "template_id": frame["template_id"], "num_steps": frame["num_steps"],
-            "prompt_roles": frame["prompt"].map(lambda p: ",".join(m["role"] for m in p)),
-            "user_matches_query": [p[-1]["content"] == q for p, q in zip(frame["prompt"], frame["query"])],
-            "tools_used": frame["tools_used"].map(lambda t: list(t) if t is not None else []),
-        })
+        part = pd.DataFrame(
+            {
+                "file_split": split,
+                "split": frame["extra_info"].map(
+                    lambda e: e.get("split") if isinstance(e, dict) else None
+                ),
+                "index": frame["extra_info"].map(
+                    lambda e: e.get("index") if isinstance(e, dict) else None
+                ),
+                "data_source": frame["data_source"],
+                "agent_name": frame["agent_name"],
+                "query": frame["query"],
+                "category": frame["category"],
+                "difficulty": frame["difficulty"],
+                "language": frame["language"],
+                "template_id": frame["template_id"],
+                "num_steps": frame["num_steps"],
+                "prompt_roles": frame["prompt"].map(lambda p: ",".join(m["role"] for m in p)),
+                "user_matches_query": [
+                    p[-1]["content"] == q
+                    for p, q in zip(frame["prompt"], frame["query"], strict=True)
+                ],
+                "tools_used": frame["tools_used"].map(lambda t: list(t) if t is not None else []),
+            }
+        )
         part["prompt_tokens"] = prompt_tokens([list(p) for p in frame["prompt"]])
-        flags = [check_row_truth(row) for row in frame.to_dict("records")]
+        flags = [
+            check_row_truth({str(k): v for k, v in row.items()}) for row in frame.to_dict("records")
+        ]
         part = pd.concat([part, pd.DataFrame(flags, index=part.index)], axis=1)
         parts.append(part)
     derived = pd.concat(parts, ignore_index=True)
@@ -190,8 +227,11 @@ def derive_frame(splits: dict[str, pd.DataFrame]) -> pd.DataFrame:
     derived["query_norm"] = derived["query"].map(normalise_query)
     derived["query_shape"] = derived["query"].map(query_shape)
     derived["template_split"] = derived["template_id"].astype(str) + "|" + derived["file_split"]
-    for column, name in (("query_norm", "overlap_exact"), ("query_shape", "overlap_shape"),
-                         ("template_id", "overlap_template")):
+    for column, name in (
+        ("query_norm", "overlap_exact"),
+        ("query_shape", "overlap_shape"),
+        ("template_id", "overlap_template"),
+    ):
         train_values = set(derived.loc[derived.file_split == "train", column])
         derived[name] = (derived.file_split == "test") & derived[column].isin(train_values)
     return derived
@@ -205,12 +245,19 @@ def coverage_frame(derived: pd.DataFrame, generation: GenerationConfig | None) -
     for category in Category:
         share = float((derived["category"] == category.value).sum()) / total
         target = float(mix.get(category, share))
-        rows.append({"kind": "category", "key": category.value, "count": int(share * total),
-                     "deviation": abs(share - target)})
+        rows.append(
+            {
+                "kind": "category",
+                "key": category.value,
+                "count": int(share * total),
+                "deviation": abs(share - target),
+            }
+        )
     tool_counts = derived["tools_used"].explode().value_counts()
     for name in get_catalog().names:
-        rows.append({"kind": "tool", "key": name, "count": int(tool_counts.get(name, 0)),
-                     "deviation": 0.0})
+        rows.append(
+            {"kind": "tool", "key": name, "count": int(tool_counts.get(name, 0)), "deviation": 0.0}
+        )
     return pd.DataFrame(rows)
 
 
@@ -233,14 +280,15 @@ def verl_dataset_check(train_path: Path) -> CheckResult:
     except ImportError as exc:
         return CheckResult("verl_rlhf_dataset_loads", True, f"skipped: verl not installed ({exc})")
     except Exception as exc:  # verl raises many types; any of them means "verl cannot read it"
-        return CheckResult("verl_rlhf_dataset_loads", False,
-                           f"verl's RLHFDataset failed: {type(exc).__name__}: {str(exc)[:300]}")
+        return CheckResult(
+            "verl_rlhf_dataset_loads",
+            False,
+            f"verl's RLHFDataset failed: {type(exc).__name__}: {str(exc)[:300]}",
+        )
     return CheckResult("verl_rlhf_dataset_loads", True, f"verl loaded {count} rows")
 
 
-def validate_dataset(
-    dataset_dir: Path, config: ValidationConfig | None = None
-) -> ValidationReport:
+def validate_dataset(dataset_dir: Path, config: ValidationConfig | None = None) -> ValidationReport:
     """Validate DIR/{train,test}.parquet; never raises on bad data, reports it instead."""
     from training.data.expectations import run_suites
 
@@ -255,8 +303,13 @@ def validate_dataset(
             splits[split] = load_split(dataset_dir / f"{split}.parquet")
         except DatasetFileError as exc:
             checks.append(CheckResult(f"{split}_file_readable", False, str(exc)))
-    checks.append(CheckResult("manifest_present", manifest is not None,
-                              "" if manifest else "manifest.json missing or not JSON"))
+    checks.append(
+        CheckResult(
+            "manifest_present",
+            manifest is not None,
+            "" if manifest else "manifest.json missing or not JSON",
+        )
+    )
     if len(splits) < len(SPLITS):
         return ValidationReport(str(dataset_dir), False, 0, version, checks)
 
@@ -266,8 +319,13 @@ def validate_dataset(
             settings = {k: v for k, v in manifest["generator"].items() if k != "kind"}
             generation = GenerationConfig.model_validate(settings)
         except ValueError:
-            checks.append(CheckResult("manifest_generator_valid", False,
-                                      "manifest.generator does not parse as GenerationConfig"))
+            checks.append(
+                CheckResult(
+                    "manifest_generator_valid",
+                    False,
+                    "manifest.generator does not parse as GenerationConfig",
+                )
+            )
     derived = derive_frame(splits)
     coverage = coverage_frame(derived, generation)
     results, docs = run_suites(derived, coverage, config, dataset_dir / "validation")
@@ -277,23 +335,38 @@ def validate_dataset(
         detail = ""
         examples = result["examples"]
         if not result["success"]:
-            detail = (f"{result['unexpected_count']} unexpected value(s)"
-                      if result["unexpected_count"] is not None else f"observed {result['observed']}")
+            detail = (
+                f"{result['unexpected_count']} unexpected value(s)"
+                if result["unexpected_count"] is not None
+                else f"observed {result['observed']}"
+            )
             if result["column"] in MUST_BE_TRUE_COLUMNS and not problems.empty:
                 examples = [f"row {r.index}: {r.problem}" for r in problems.head(3).itertuples()]
         checks.append(CheckResult(name, result["success"], detail, examples))
     if manifest and manifest.get("rows") not in (None, len(derived)):
-        checks.append(CheckResult("manifest_row_count", False,
-                                  f"manifest says {manifest.get('rows')} rows, files hold {len(derived)}"))
+        checks.append(
+            CheckResult(
+                "manifest_row_count",
+                False,
+                f"manifest says {manifest.get('rows')} rows, files hold {len(derived)}",
+            )
+        )
     if config.check_verl_dataset:
         checks.append(verl_dataset_check(dataset_dir / "train.parquet"))
-    report = ValidationReport(str(dataset_dir), all(c.success for c in checks), len(derived),
-                              version, checks, docs)
+    report = ValidationReport(
+        str(dataset_dir), all(c.success for c in checks), len(derived), version, checks, docs
+    )
     (dataset_dir / "validation").mkdir(exist_ok=True)
     (dataset_dir / "validation" / "report.json").write_text(
-        json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n")
+        json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
+    )
     return report
 
 
-MUST_BE_TRUE_COLUMNS = {"gt_parses", "tools_known", "args_valid", "gt_recomputes",
-                        "calls_consistent"}
+MUST_BE_TRUE_COLUMNS = {
+    "gt_parses",
+    "tools_known",
+    "args_valid",
+    "gt_recomputes",
+    "calls_consistent",
+}

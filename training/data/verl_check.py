@@ -34,15 +34,17 @@ def load_with_verl(parquet: Path, max_prompt_length: int = 4_096) -> int:
 
     datasets.disable_progress_bars()
 
-    config = OmegaConf.create({
-        "prompt_key": "prompt",
-        "max_prompt_length": max_prompt_length,
-        "filter_overlong_prompts": True,
-        "filter_overlong_prompts_workers": 1,
-        "return_raw_chat": True,
-        "truncation": "error",
-        "cache_dir": tempfile.mkdtemp(prefix="toolrl-verl-"),
-    })
+    config = OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": max_prompt_length,
+            "filter_overlong_prompts": True,
+            "filter_overlong_prompts_workers": 1,
+            "return_raw_chat": True,
+            "truncation": "error",
+            "cache_dir": tempfile.mkdtemp(prefix="toolrl-verl-"),
+        }
+    )
     with contextlib.redirect_stdout(io.StringIO()):  # verl prints its progress to stdout
         dataset = RLHFDataset(str(parquet), _tokenizer(), config, max_samples=SAMPLE_ROWS)
     if len(dataset) == 0:

@@ -22,11 +22,32 @@ QWEN_PATTERN = (
 )
 #: Qwen2.5/Qwen3 special tokens in id order (151643 onwards in the full vocabulary).
 QWEN_SPECIAL_TOKENS = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
-    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 )
 #: The chat template TRL ships for each call format: Qwen3 renders hermes JSON calls,
 #: Qwen3.5/3.6 render XML (`qwen3_coder`) calls.
@@ -36,8 +57,10 @@ FULL_VOCAB = 151_643
 
 def chat_template(call_format: CallFormat) -> str:
     """The verbatim Qwen chat template for a call format (from TRL's wheel)."""
-    return resources.files("trl").joinpath("chat_templates", TEMPLATES[call_format]).read_text(
-        encoding="utf-8"
+    return (
+        resources.files("trl")
+        .joinpath("chat_templates", TEMPLATES[call_format])
+        .read_text(encoding="utf-8")
     )
 
 
@@ -77,11 +100,11 @@ def build_tokenizer(
     out_dir.mkdir(parents=True, exist_ok=True)
     ranks_file = out_dir / "qwen_trimmed.tiktoken"
     write_trimmed_ranks(ranks_file, vocab_limit)
-    backend = TikTokenConverter(
+    backend = TikTokenConverter(  # type: ignore[no-untyped-call]
         vocab_file=str(ranks_file), pattern=QWEN_PATTERN, extra_special_tokens=QWEN_SPECIAL_TOKENS
     ).converted()
     ranks_file.unlink()
-    tokenizer = PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=backend,
         bos_token=None,
         eos_token="<|im_end|>",

@@ -27,6 +27,9 @@ CallSyntax = Literal["hermes", "qwen3_coder"]
 OPEN, CLOSE = "<tool_call", "</tool_call"
 FUNC_OPEN, FUNC_CLOSE = "<function", "</function"
 PARAM_OPEN, PARAM_CLOSE = "<parameter", "</parameter"
+#: Longest tag header (`<function=NAME attrs>`) looked at; longer is garbage, and the bound
+#: keeps every search linear in the output length.
+MAX_HEADER = 256
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,127}")
 _K = FormatErrorKind
 
@@ -94,11 +97,29 @@ class _Scan:
         self.errors.append(FormatError(kind, detail, call_index))
 
 
+class _Next:
+    """The next occurrence of `needle` at or after a position that only moves forward.
+    Remembers the last answer, so a closing tag that is missing is searched for once, not
+    once per opening tag (which would make `"<tool_call>" * n` quadratic)."""
+
+    __slots__ = ("end", "found", "needle", "text")
+
+    def __init__(self, text: str, needle: str, end: int) -> None:
+        self.text, self.needle, self.end, self.found = text, needle, end, -2
+
+    def at_or_after(self, start: int) -> int:
+        if self.found == -1 or self.found >= start:
+            return self.found
+        self.found = self.text.find(self.needle, start, self.end)
+        return self.found
+
+
 def _tag_end(text: str, after: int, limit: int) -> tuple[int, bool]:
     """Where a tag whose name ends at `after` closes: (index past '>', had_attributes).
-    Returns (-1, ...) when there is no '>' before `limit` or before a newline/next tag."""
+    Returns (-1, ...) when there is no '>' within MAX_HEADER or before the next tag."""
     if after < limit and text[after] == ">":
         return after + 1, False
+    limit = min(limit, after + MAX_HEADER)
     gt = text.find(">", after, limit)
     if gt < 0:
         return -1, True
@@ -121,6 +142,7 @@ def _split_header(raw: str) -> tuple[str, bool]:
 def _parse_params(scan: _Scan, call: ParsedCall, body: str) -> None:
     properties = scan.registry.properties(call.name)
     pos, size = 0, len(body)
+    closes = _Next(body, PARAM_CLOSE, size)
     while True:
         start = body.find(PARAM_OPEN, pos)
         junk = body[pos : start if start >= 0 else size]
@@ -134,15 +156,15 @@ def _parse_params(scan: _Scan, call: ParsedCall, body: str) -> None:
         name_at = start + len(PARAM_OPEN)
         if name_at >= size or body[name_at] != "=":
             scan.fail(call, _K.BAD_STRUCTURE, "parameter tag without '='")
-        gt = body.find(">", name_at)
-        newline = body.find("\n", name_at, gt if gt >= 0 else size)
+        gt = body.find(">", name_at, min(size, name_at + MAX_HEADER))
+        newline = body.find("\n", name_at, gt if gt >= 0 else min(size, name_at + MAX_HEADER))
         if gt < 0 or newline >= 0:
             scan.fail(call, _K.UNCLOSED_TAG, "unterminated <parameter= header")
             return
         pname, had_attrs = _split_header(body[name_at + 1 : gt])
         if had_attrs:
             scan.fail(call, _K.STRAY_ATTRIBUTE, f"attributes in <parameter={pname} ...>")
-        close = body.find(PARAM_CLOSE, gt)
+        close = closes.at_or_after(gt)
         following = body.find(PARAM_OPEN, gt)
         if close < 0 or 0 <= following < close:
             scan.fail(call, _K.UNCLOSED_TAG, f"<parameter={pname[:40]}> not closed")
@@ -167,6 +189,7 @@ def _parse_params(scan: _Scan, call: ParsedCall, body: str) -> None:
 def _parse_xml(scan: _Scan, body: str, offset: int, end: int, wrapped: bool) -> None:
     """Parse every `<function=...>` block in `body` (the inside of one `<tool_call>`)."""
     pos, size, count = 0, len(body), 0
+    closes = _Next(body, FUNC_CLOSE, size)
     while True:
         start = body.find(FUNC_OPEN, pos)
         junk = body[pos : start if start >= 0 else size].strip()
@@ -188,17 +211,18 @@ def _parse_xml(scan: _Scan, body: str, offset: int, end: int, wrapped: bool) -> 
         name_at = start + len(FUNC_OPEN)
         if name_at >= size or body[name_at] != "=":
             scan.fail(call, _K.BAD_STRUCTURE, "function tag without '='")
-        gt = body.find(">", name_at)
-        newline = body.find("\n", name_at, gt if gt >= 0 else size)
+        header_end = min(size, name_at + MAX_HEADER)
+        gt = body.find(">", name_at, header_end)
+        newline = body.find("\n", name_at, gt if gt >= 0 else header_end)
         if gt < 0 or newline >= 0:
-            stop = newline if newline >= 0 else size
+            stop = newline if newline >= 0 else header_end
             call.name = body[name_at + 1 : stop].strip()[:200]
             scan.fail(call, _K.UNCLOSED_TAG, "unterminated <function= header")
             return
         call.name, had_attrs = _split_header(body[name_at + 1 : gt])
         if had_attrs:
             scan.fail(call, _K.STRAY_ATTRIBUTE, f"attributes in <function={call.name[:40]} ...>")
-        close = body.find(FUNC_CLOSE, gt)
+        close = closes.at_or_after(gt)
         following = body.find(FUNC_OPEN, gt)
         if close < 0 or 0 <= following < close:
             scan.fail(call, _K.UNCLOSED_TAG, f"<function={call.name[:40]}> not closed")
@@ -271,6 +295,7 @@ def _scan_outside(scan: _Scan, lo: int, hi: int) -> None:
 
 def _find_blocks(scan: _Scan) -> None:
     text, size, pos = scan.text, len(scan.text), 0
+    closes = _Next(text, CLOSE, size)
     while True:
         start = text.find(OPEN, pos)
         _scan_outside(scan, pos, start if start >= 0 else size)
@@ -280,7 +305,7 @@ def _find_blocks(scan: _Scan) -> None:
         following = text.find(OPEN, start + len(OPEN))
         if body_start < 0:
             body_start = start + len(OPEN)
-        close = text.find(CLOSE, body_start)
+        close = closes.at_or_after(body_start)
         unclosed = close < 0 or 0 <= following < close
         if unclosed:
             body_end = following if following >= 0 else size

@@ -41,16 +41,41 @@ class Transcript:
     truncated_tool_response: bool = False
 
 
-def _strip_role(head: str) -> str | None:
-    """The model text before an injected block, without the trailing role word; None when no
-    role word directly precedes the block (so the loop cannot have injected it)."""
-    stripped = head.rstrip()
+def _role_start(text: str, lo: int, block: int) -> int:
+    """Start of the role word directly before an injected block, or -1 when none is there
+    (so the loop cannot have injected it). Looks back a few characters only."""
+    end = block
+    while end > lo and text[end - 1].isspace():
+        end -= 1
     for role in _ROLE_WORDS:
-        if stripped.endswith(role):
-            before = stripped[: -len(role)]
-            if not before or before[-1].isspace() or before[-1] == ">":
-                return before
-    return None
+        start = end - len(role)
+        if (
+            start >= lo
+            and text.startswith(role, start)
+            and (start == lo or text[start - 1].isspace() or text[start - 1] == ">")
+        ):
+            return start
+    return -1
+
+
+class _CallMarks:
+    """Whether a call mark occurs in text[turn_start:pos], scanning each character once."""
+
+    __slots__ = ("found", "scanned", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text, self.scanned, self.found = text, 0, False
+
+    def reset(self, turn_start: int) -> None:
+        self.scanned, self.found = turn_start, False
+
+    def seen_before(self, pos: int) -> bool:
+        if not self.found and pos > self.scanned:
+            # overlap by the mark length so a mark straddling the old boundary is found
+            lo = max(0, self.scanned - 16)
+            self.found = any(self.text.find(mark, lo, pos) >= 0 for mark in _CALL_MARKS)
+            self.scanned = pos
+        return self.found
 
 
 def _skip_space(text: str, pos: int) -> int:
@@ -61,18 +86,20 @@ def _skip_space(text: str, pos: int) -> int:
 
 
 def split_transcript(text: str) -> Transcript:
-    """Split a decoded rollout into model turns and injected tool responses. Never raises."""
+    """Split a decoded rollout into model turns and injected tool responses. Never raises.
+    Linear in the text length, whatever it contains."""
     if RESP_OPEN not in text:
         return Transcript(turns=[text])
     result = Transcript(turns=[])
+    marks = _CallMarks(text)
     turn_start, search = 0, 0
     while True:
         block = text.find(RESP_OPEN, search)
         if block < 0:
             result.turns.append(text[turn_start:])
             return result
-        model_text = _strip_role(text[turn_start:block])
-        if model_text is None or not any(mark in model_text for mark in _CALL_MARKS):
+        role = _role_start(text, turn_start, block)
+        if role < 0 or not marks.seen_before(role):
             result.errors.append(
                 FormatError(
                     FormatErrorKind.HALLUCINATED_TOOL_RESPONSE,
@@ -80,10 +107,10 @@ def split_transcript(text: str) -> Transcript:
                 )
             )
             close = text.find(RESP_CLOSE, block)
-            search = close + len(RESP_CLOSE) if close >= 0 else len(text)
             if close < 0:
                 result.turns.append(text[turn_start:])
                 return result
+            search = close + len(RESP_CLOSE)
             continue
         responses: list[str] = []
         pos = block
@@ -96,14 +123,15 @@ def split_transcript(text: str) -> Transcript:
                 break
             responses.append(text[pos + len(RESP_OPEN) : close].strip())
             pos = _skip_space(text, close + len(RESP_CLOSE))
-        result.turns.append(model_text)
+        result.turns.append(text[turn_start:role])
         result.tool_responses.append(responses)
         if text.startswith(_NEXT_ROLE, pos):
             pos += len(_NEXT_ROLE)
-        if pos >= len(text) or not text[pos:].strip():
+        if _skip_space(text, pos) >= len(text):
             result.ended_in_tool_response = True
             return result
         turn_start = search = pos
+        marks.reset(turn_start)
 
 
 def visible_text(turn: str) -> str:
