@@ -49,7 +49,7 @@ def check_reward(text: str) -> None:
 @given(st.text(max_size=400))
 def test_arbitrary_text_never_raises(text: str) -> None:
     for fmt in ("hermes", "qwen3_coder", "auto"):
-        result = parse_tool_calls(text, fmt)  # type: ignore[arg-type]
+        result = parse_tool_calls(text, fmt)
         assert result.malformed_count <= len(result.calls)
     split_transcript(text)
     check_reward(text)
@@ -90,7 +90,7 @@ def test_every_truncation_of_a_real_rollout_is_handled(seed: int) -> None:
 def timed(text: str, budget_s: float) -> None:
     start = time.perf_counter()
     for fmt in ("hermes", "qwen3_coder"):
-        parse_tool_calls(text, fmt)  # type: ignore[arg-type]
+        parse_tool_calls(text, fmt)
     check_reward(text)
     format_drift([text])
     assert time.perf_counter() - start < budget_s
