@@ -362,3 +362,12 @@ def test_shared_settings_have_one_value_across_components_offline(
     for key in SHARED_VALUES:
         for source, values in (("k8s", k8s_values), ("compose", compose_values)):
             assert len(values.get(key, set())) <= 1, f"{source}: {key} = {values[key]}"
+
+
+def test_deploy_guide_documents_every_registered_setting_offline() -> None:
+    """A platform team configures from docs/DEPLOY.md: a key missing there is a key nobody sets."""
+    guide = (REPO / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+    names = [v.name for v in settings.ENV_VARS] + [c.conn_id for c in settings.CONNECTIONS]
+    names += [v.key for v in settings.VARIABLES]
+    missing = [name for name in names if f"`{name}`" not in guide]
+    assert not missing, f"docs/DEPLOY.md does not mention {missing}"
