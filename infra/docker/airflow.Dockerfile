@@ -4,13 +4,15 @@
 # the extra's resolved requirement set stays free of them). Build from the repository root:
 #   docker build -f infra/docker/airflow.Dockerfile -t toolrl-airflow:0.1.0 .
 ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
-# Stage 1: build the toolrl wheel, so the runtime stage never sees the source tree's extras.
-FROM ${AIRFLOW_IMAGE} AS build
+# Stage 1: build the toolrl wheel in a plain Python image (root may write anywhere there), so
+# the Airflow stage receives one wheel file and never the source tree.
+FROM ${PYTHON_IMAGE} AS build
 WORKDIR /build
-COPY --chown=airflow:0 pyproject.toml README.md ./
-COPY --chown=airflow:0 training ./training
-COPY --chown=airflow:0 serving ./serving
+COPY pyproject.toml README.md ./
+COPY training ./training
+COPY serving ./serving
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /build/wheels .
 
 # Stage 2: the official image plus toolrl[orchestration]; Airflow stays pinned to the base's
