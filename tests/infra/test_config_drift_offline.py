@@ -371,3 +371,49 @@ def test_deploy_guide_documents_every_registered_setting_offline() -> None:
     names += [v.key for v in settings.VARIABLES]
     missing = [name for name in names if f"`{name}`" not in guide]
     assert not missing, f"docs/DEPLOY.md does not mention {missing}"
+
+
+# --- command-line flags infra passes exist in the CLI -------------------------------------
+
+
+def _flags(args: list[str]) -> set[str]:
+    return {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+
+
+def test_cli_flags_used_by_infra_exist_offline(
+    compose: dict[str, Any], k8s_documents: list[tuple[Path, dict[str, Any]]]
+) -> None:
+    """The images' entrypoints are `toolrl mcp serve` and `toolrl serve`; the flags compose and
+    the Deployments pass them must be options of those commands."""
+    import click
+    import typer
+
+    from training.cli import app
+
+    deployments = {d["metadata"]["name"]: d for _, d in k8s_documents if d["kind"] == "Deployment"}
+
+    def k8s_args(name: str) -> list[str]:
+        return list(deployments[name]["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    used = {
+        ("mcp", "serve"): _flags(compose["services"]["mcp-mock"]["command"])
+        | _flags(compose["services"]["mcp-real"]["command"])
+        | _flags(k8s_args("toolrl-mcp-mock"))
+        | _flags(k8s_args("toolrl-mcp-real")),
+        ("serve",): _flags(compose["services"]["vllm"]["command"])
+        | _flags(k8s_args("toolrl-serving")),
+    }
+    root = typer.main.get_command(app)
+    missing_commands = []
+    for path, flags in used.items():
+        command: click.Command | None = root
+        for part in path:
+            group = command if isinstance(command, click.Group) else None
+            command = group.commands.get(part) if group else None
+        if command is None:
+            missing_commands.append(" ".join(path))
+            continue
+        options = {opt for param in command.params for opt in param.opts}
+        assert flags <= options, f"toolrl {' '.join(path)} lacks {sorted(flags - options)}"
+    if missing_commands:
+        pytest.skip(f"CLI commands not implemented yet: {missing_commands}")
