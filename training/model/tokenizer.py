@@ -100,11 +100,11 @@ def build_tokenizer(
     out_dir.mkdir(parents=True, exist_ok=True)
     ranks_file = out_dir / "qwen_trimmed.tiktoken"
     write_trimmed_ranks(ranks_file, vocab_limit)
-    backend = TikTokenConverter(  # type: ignore[no-untyped-call]
+    backend = TikTokenConverter(
         vocab_file=str(ranks_file), pattern=QWEN_PATTERN, extra_special_tokens=QWEN_SPECIAL_TOKENS
     ).converted()
     ranks_file.unlink()
-    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token=None,
         eos_token="<|im_end|>",
