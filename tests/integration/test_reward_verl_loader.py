@@ -8,6 +8,7 @@ whole path verl takes from config to score is exercised on CPU.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ class CharTokenizer:
 def test_verl_loader_resolves_our_compute_score_and_passes_reward_kwargs() -> None:
     config = compose_config(OVERRIDES)
     fn = get_custom_reward_fn(config)
-    assert fn is not None
+    assert isinstance(fn, functools.partial)
     assert fn.args[0] is compute_score  # the very function object, loaded by file path
     assert fn.args[1] == {"call_format": "hermes"}
     good = render_hermes("calculate_math", {"expression": "256*37"})
