@@ -43,6 +43,8 @@ from serving.tools.base import ToolContext
 
 logger = logging.getLogger("toolrl.mcp.server")
 _FORK = multiprocessing.get_context("fork")
+CLEAN_EXIT = frozenset({0, -signal.SIGTERM, -signal.SIGINT})
+"""Exit codes of a worker that shut down gracefully (uvicorn re-raises the signal it got)."""
 
 
 def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:
@@ -260,7 +262,7 @@ def run(config: ServerConfig) -> int:
                 return 1
         logger.info("shutting down")
         codes = handle.stop()
-        return 0 if all(code == 0 for code in codes) else 1
+        return 0 if all(code in CLEAN_EXIT for code in codes) else 1
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import json
 import os
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -304,7 +305,10 @@ class McpHttpClient:
         self._http = None
 
 
-_POOL: dict[tuple[str, str | None, int], McpHttpClient] = {}
+_POOL: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str | None], McpHttpClient]
+]
+_POOL = weakref.WeakKeyDictionary()
 
 
 def pooled_client(
@@ -316,11 +320,10 @@ def pooled_client(
     """The process's client for (url, token) on the running event loop, created once."""
     url = url or os.environ.get(URL_ENV) or DEFAULT_URL
     token = token if token is not None else os.environ.get(TOKEN_ENV)
-    loop_id = id(asyncio.get_running_loop())
-    key = (url, token, loop_id)
-    client = _POOL.get(key)
+    # Keyed by the loop object (weakly): connections belong to the loop that opened them,
+    # and a loop id can be reused by a later loop once the first is collected.
+    clients = _POOL.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get((url, token))
     if client is None:
-        for stale in [k for k in _POOL if k[:2] == key[:2] and k[2] != loop_id]:
-            _POOL.pop(stale)  # its loop is gone (or another); its pool is unusable here
-        client = _POOL[key] = McpHttpClient(url, token, timeout_s, max_concurrency)
+        client = clients[(url, token)] = McpHttpClient(url, token, timeout_s, max_concurrency)
     return client
