@@ -1,0 +1,220 @@
+"""TrainingSpec: what a user sets for a GRPO run, typed, with unknown keys rejected.
+
+Every field has a default that is sane for the seed configuration (Qwen3.5-4B on 4 GPUs with
+GSPO and `qwen3_coder` calls); `training/specs/*.yaml` hold the seed files. The spec is the
+unit of lineage: `spec_hash()` goes into the registry tags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from training.rewards.config import RewardConfig
+
+CallFormat = Literal["hermes", "qwen3_coder"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    path: str = Field(description="Local path or hub id of the base model (HF format).")
+    call_format: CallFormat = Field(
+        default="qwen3_coder",
+        description="Tool-call syntax the model's chat template uses (rollout parser).",
+    )
+    enable_thinking: bool = Field(default=False, description="Render <think> in prompts.")
+    gradient_checkpointing: bool = Field(default=True, description="Trade compute for memory.")
+
+
+class DataSection(_Section):
+    train_files: list[str] = Field(min_length=1, description="Training parquet files.")
+    test_files: list[str] = Field(min_length=1, description="Validation parquet files.")
+    dataset_version: str | None = Field(default=None, description="Manifest version (lineage).")
+    train_batch_size: int = Field(default=128, ge=1, description="Prompts per step.")
+    max_prompt_length: int = Field(default=4_096, ge=64, description="Prompt token budget.")
+    max_response_length: int = Field(
+        default=4_096, ge=64, description="Budget for all assistant turns + tool responses."
+    )
+
+
+class AlgorithmSection(_Section):
+    adv_estimator: Literal["grpo"] = Field(default="grpo", description="Group-relative advantage.")
+    loss: Literal["gspo", "vanilla"] = Field(
+        default="gspo", description="Policy loss: GSPO (sequence-level ratio) or PPO-clip."
+    )
+    clip_ratio_low: float = Field(default=3e-4, gt=0, description="Lower clip of the ratio.")
+    clip_ratio_high: float = Field(default=4e-4, gt=0, description="Upper clip of the ratio.")
+    use_kl_loss: bool = Field(default=True, description="KL to the reference as a loss term.")
+    kl_loss_coef: float = Field(default=0.001, ge=0, description="Weight of the KL loss.")
+    kl_loss_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"] = Field(
+        default="low_var_kl", description="KL estimator."
+    )
+    entropy_coeff: float = Field(default=0.0, ge=0, description="Entropy bonus weight.")
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = Field(default="seq-mean-token-mean", description="How token losses are aggregated.")
+
+
+class RolloutSection(_Section):
+    n: int = Field(default=5, ge=2, description="Samples per prompt (the GRPO group).")
+    temperature: float = Field(default=1.0, ge=0, le=2, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling.")
+    max_turns: int = Field(default=8, ge=1, le=64, description="Assistant turns per rollout.")
+    engine: Literal["vllm", "sglang"] = Field(default="vllm", description="Rollout server.")
+    tensor_parallel: int = Field(default=1, ge=1, description="Rollout TP size.")
+    gpu_memory_utilization: float = Field(default=0.6, gt=0, le=0.95)
+    max_parallel_calls: int = Field(default=4, ge=1, description="Tool calls per turn.")
+    tool_response_truncate: int = Field(
+        default=2_048, ge=64, description="Chars kept per response."
+    )
+
+
+class OptimSection(_Section):
+    lr: float = Field(default=1e-6, gt=0, description="Actor learning rate.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps.")
+    weight_decay: float = Field(default=0.01, ge=0)
+    grad_clip: float = Field(default=1.0, gt=0)
+
+
+class BatchSection(_Section):
+    ppo_mini_batch_size: int = Field(default=32, ge=1, description="Prompts per optimizer step.")
+    micro_batch_size_per_gpu: int = Field(default=1, ge=1, description="Per-GPU micro batch.")
+    use_dynamic_bsz: bool = Field(default=True, description="Pack by tokens instead.")
+    max_token_len_per_gpu: int = Field(default=16_384, ge=256)
+
+
+class ParallelSection(_Section):
+    n_gpus_per_node: int = Field(default=4, ge=1)
+    nnodes: int = Field(default=1, ge=1)
+    strategy: Literal["fsdp", "fsdp2", "megatron"] = Field(default="fsdp2")
+    param_offload: bool = Field(default=False, description="FSDP parameter offload to CPU.")
+    optimizer_offload: bool = Field(default=False, description="FSDP optimizer offload to CPU.")
+    ulysses_sequence_parallel_size: int = Field(default=1, ge=1)
+    megatron_tensor_parallel: int = Field(default=1, ge=1)
+    megatron_pipeline_parallel: int = Field(default=1, ge=1)
+    megatron_expert_parallel: int = Field(default=1, ge=1)
+
+
+class CheckpointSection(_Section):
+    run_dir: str = Field(default="checkpoints/run", description="Local checkpoint directory.")
+    s3_uri: str | None = Field(default=None, description="s3://bucket/prefix mirror of run_dir.")
+    save_freq: int = Field(default=10, ge=1, description="Save every N steps.")
+    test_freq: int = Field(default=10, ge=1, description="Validate every N steps.")
+    keep: int = Field(default=3, ge=1, description="Checkpoints kept (local and S3).")
+
+
+class ScheduleSection(_Section):
+    total_epochs: int = Field(default=1, ge=1)
+    total_training_steps: int | None = Field(
+        default=None, ge=1, description="Stop after N steps (overrides epochs)."
+    )
+
+
+class ToolsSection(_Section):
+    server_url: str = Field(default="http://127.0.0.1:8000/mcp", description="MCP endpoint.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Per tool call.")
+    max_concurrency: int = Field(default=64, ge=1, description="Calls in flight per worker.")
+
+
+class JudgeSection(_Section):
+    enabled: bool = Field(default=False, description="Add the LLM-as-judge group score.")
+    weight: float = Field(default=0.5, ge=0, le=1, description="Judge share in the combined score.")
+
+
+class DriftSection(_Section):
+    max_malformed_rate: float = Field(
+        default=0.3, gt=0, le=1, description="Stop when the malformed-call rate exceeds this..."
+    )
+    window: int = Field(default=3, ge=1, description="...for this many consecutive steps.")
+
+
+class TrackingSection(_Section):
+    project: str = Field(default="toolrl")
+    experiment: str = Field(default="grpo")
+    loggers: list[Literal["console", "mlflow", "wandb", "tensorboard"]] = Field(
+        default_factory=lambda: ["console", "mlflow"]  # type: ignore[arg-type]
+    )
+
+
+class CpuSection(_Section):
+    """The embedded CPU backend (TRL): a short SFT warm start, then GRPO on a tiny model."""
+
+    sft_steps: int = Field(default=300, ge=0, description="SFT warm-start optimizer steps.")
+    sft_lr: float = Field(default=3e-3, gt=0, description="SFT learning rate.")
+    sft_batch_size: int = Field(default=4, ge=1, description="SFT rows per step.")
+    grpo_steps: int = Field(default=20, ge=1, description="GRPO optimizer steps.")
+    grpo_lr: float = Field(default=5e-5, gt=0, description="GRPO learning rate.")
+    prompts_per_step: int = Field(default=4, ge=1, description="Prompts per GRPO step.")
+    max_completion_length: int = Field(default=192, ge=16, description="Tokens per completion.")
+    threads: int = Field(default=2, ge=1, description="torch threads.")
+
+
+class TrainingSpec(_Section):
+    """The whole run. Sections mirror how a user thinks, not verl's key tree."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$", description="Run family name.")
+    model: ModelSection
+    data: DataSection
+    algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    optim: OptimSection = Field(default_factory=OptimSection)
+    batch: BatchSection = Field(default_factory=BatchSection)
+    parallel: ParallelSection = Field(default_factory=ParallelSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+    schedule: ScheduleSection = Field(default_factory=ScheduleSection)
+    tools: ToolsSection = Field(default_factory=ToolsSection)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    judge: JudgeSection = Field(default_factory=JudgeSection)
+    drift: DriftSection = Field(default_factory=DriftSection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+    cpu: CpuSection = Field(default_factory=CpuSection)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingSpec:
+        if self.batch.ppo_mini_batch_size > self.data.train_batch_size:
+            raise ValueError(
+                f"batch.ppo_mini_batch_size ({self.batch.ppo_mini_batch_size}) must not exceed "
+                f"data.train_batch_size ({self.data.train_batch_size})"
+            )
+        if self.data.train_batch_size % self.batch.ppo_mini_batch_size:
+            raise ValueError(
+                "data.train_batch_size must be a multiple of batch.ppo_mini_batch_size"
+            )
+        if self.algorithm.clip_ratio_high < self.algorithm.clip_ratio_low * 0.5:
+            raise ValueError(
+                "algorithm.clip_ratio_high is implausibly small next to clip_ratio_low"
+            )
+        return self
+
+    def spec_hash(self) -> str:
+        """Content hash of the spec (lineage): same settings, same hash."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class SpecError(ValueError):
+    """A spec file that cannot be used; the message names the offending field."""
+
+
+def load_spec(path: Path) -> TrainingSpec:
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(f"cannot read spec {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec {path} must be a YAML mapping, got {type(raw).__name__}")
+    try:
+        return TrainingSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise SpecError(f"invalid spec {path}: {problems}") from exc
