@@ -46,7 +46,7 @@ def test_airflow_image_requirements_resolve_without_torch_offline() -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    resolved = {
+    resolved: dict[str, str] = {
         canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
         for item in report["install"]
     }

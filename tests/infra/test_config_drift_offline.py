@@ -385,7 +385,6 @@ def test_cli_flags_used_by_infra_exist_offline(
 ) -> None:
     """The images' entrypoints are `toolrl mcp serve` and `toolrl serve`; the flags compose and
     the Deployments pass them must be options of those commands."""
-    import click
     import typer
 
     from training.cli import app
@@ -403,13 +402,16 @@ def test_cli_flags_used_by_infra_exist_offline(
         ("serve",): _flags(compose["services"]["vllm"]["command"])
         | _flags(k8s_args("toolrl-serving")),
     }
-    root = typer.main.get_command(app)
+    # typer may vendor its own click, so groups are recognised by their `commands` mapping
+    # rather than by isinstance checks against the click package.
+    root: Any = typer.main.get_command(app)
     missing_commands = []
     for path, flags in used.items():
-        command: click.Command | None = root
+        command: Any = root
         for part in path:
-            group = command if isinstance(command, click.Group) else None
-            command = group.commands.get(part) if group else None
+            command = getattr(command, "commands", {}).get(part)
+            if command is None:
+                break
         if command is None:
             missing_commands.append(" ".join(path))
             continue

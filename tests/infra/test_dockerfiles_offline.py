@@ -138,11 +138,11 @@ def test_training_image_requirements_cover_core_and_training_extra_offline() -> 
 
 
 def test_gpu_constraints_agree_with_pyproject_offline() -> None:
-    constraints = {
+    constraints: dict[str, Requirement] = {
         canonicalize_name(r.name): r for r in _requirements(DOCKER_DIR / "constraints-gpu.txt")
     }
     extras = _pyproject()
-    by_name = {
+    by_name: dict[str, Requirement] = {
         canonicalize_name(Requirement(r).name): Requirement(r)
         for r in extras["orchestration"] + extras["training"]
     }
