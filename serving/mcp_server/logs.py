@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"color_message"}
 
 
 class JsonFormatter(logging.Formatter):

@@ -144,3 +144,18 @@ def test_mock_faults_reach_the_model_as_text(tmp_path: Path) -> None:
         texts = asyncio.run(scenario())
     assert all(text.startswith("Error") for text in texts)
     assert len(set(texts)) > 1  # successive calls of a trajectory draw different faults
+
+
+def test_unknown_tool_on_the_server_is_a_model_facing_error(tools: dict[str, Any]) -> None:
+    tool_cls = type(tools["calculate_math"])
+    schema = tools["calculate_math"].get_openai_tool_schema()
+    renamed = tool_cls(
+        {"type": "native", "url": tools["calculate_math"].url, "mcp_name": "retired_tool"}, schema
+    )
+
+    async def scenario() -> None:
+        response, _, metrics = await run_call(renamed, {"expression": "1"}, "t")
+        assert response.text.startswith("Error: Unknown tool 'retired_tool'; available tools:")
+        assert metrics["tool_error"] is True and metrics["transport_error"] is False
+
+    asyncio.run(scenario())

@@ -28,7 +28,12 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from serving.mcp_server.config import TOKEN_ENV
-from training.verl_bridge.client import McpClientError, McpHttpClient, pooled_client
+from training.verl_bridge.client import (
+    McpClientError,
+    McpHttpClient,
+    McpProtocolError,
+    pooled_client,
+)
 
 _MAX_TRACKED = 100_000
 _SEQ: OrderedDict[str, int] = OrderedDict()
@@ -90,6 +95,8 @@ class McpTool(BaseTool):
                 self.mcp_name, parameters, session=session, seq=next_call_seq(session)
             )
             text, is_error, transport_error = result.text, result.is_error, False
+        except McpProtocolError as exc:  # e.g. unknown tool: the server's message teaches
+            text, is_error, transport_error = f"Error: {exc.message}", True, False
         except McpClientError as exc:
             text = f"Error: the tool service could not run {self.mcp_name}: {exc}"
             is_error, transport_error = True, True
