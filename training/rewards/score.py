@@ -29,6 +29,20 @@ def _config_from_json(text: str) -> RewardConfig:
     return RewardConfig.model_validate_json(text)
 
 
+def _plain(value: Any) -> Any:
+    """verl hands reward_kwargs over as OmegaConf containers: turn nested mappings and
+    sequences into plain dicts and lists so they validate (and hash) like JSON."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) or (
+        hasattr(value, "__iter__")
+        and hasattr(value, "__len__")
+        and not isinstance(value, str | bytes)
+    ):
+        return [_plain(v) for v in value]
+    return value
+
+
 def resolve_config(
     reward_config: Mapping[str, Any] | RewardConfig | None = None, call_format: str | None = None
 ) -> RewardConfig:
@@ -41,7 +55,7 @@ def resolve_config(
     if isinstance(reward_config, RewardConfig):
         values = reward_config.model_dump()
     elif reward_config is not None:
-        values = {str(key): value for key, value in dict(reward_config).items()}
+        values = {str(key): _plain(value) for key, value in dict(reward_config).items()}
     if call_format is not None:
         values["call_format"] = call_format
     return _config_from_json(json.dumps(values, sort_keys=True, default=str))

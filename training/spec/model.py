@@ -176,6 +176,10 @@ class TrainingSpec(_Section):
     drift: DriftSection = Field(default_factory=DriftSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     cpu: CpuSection = Field(default_factory=CpuSection)
+    verl_overrides: list[str] = Field(
+        default_factory=list,
+        description="Extra verl Hydra overrides (validated like the generated ones at plan).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingSpec:

@@ -1,0 +1,147 @@
+"""TrainingSpec -> verl 0.9.1 Hydra overrides (the `main_ppo` command line).
+
+Only the new-style keys are emitted (`reward.custom_reward_function.*`,
+`reward.reward_manager.name`): verl 0.9 still composes the legacy top-level
+`custom_reward_function.*` and `reward_model.reward_manager` but silently ignores them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from training.spec.model import TrainingSpec
+
+VERL_VERSION = "0.9.1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REWARD_ENTRY = REPO_ROOT / "training" / "rewards" / "verl_entry.py"
+CHECKPOINT_CALLBACK = "training.jobs.callbacks.CheckpointUploader"
+
+#: Keys that verl 0.9 composes without error and then ignores: a spec that sets them
+#: (through `verl_overrides`) is refused at plan time, naming the key.
+IGNORED_LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.reward_manager")
+
+
+def hydra_value(value: Any) -> str:
+    """Render a Python value in Hydra's override grammar (quoted strings, {k: v}, [a, b])."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+        return f"'{escaped}'"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(hydra_value(v) for v in value) + "]"
+    raise TypeError(f"cannot render {type(value).__name__} as a Hydra value")
+
+
+def _strategy(spec: TrainingSpec) -> str:
+    return "megatron" if spec.parallel.strategy == "megatron" else spec.parallel.strategy
+
+
+def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
+    """The ordered list of `key=value` overrides for verl's `ppo_trainer` config."""
+    a, r, b, p = spec.algorithm, spec.rollout, spec.batch, spec.parallel
+    actor = "actor_rollout_ref.actor"
+    rollout = "actor_rollout_ref.rollout"
+    values: dict[str, Any] = {
+        # data
+        "data.train_files": spec.data.train_files,
+        "data.val_files": spec.data.test_files,
+        "data.train_batch_size": spec.data.train_batch_size,
+        "data.max_prompt_length": spec.data.max_prompt_length,
+        "data.max_response_length": spec.data.max_response_length,
+        "data.filter_overlong_prompts": True,
+        "data.truncation": "error",
+        "data.return_raw_chat": True,
+        "+data.apply_chat_template_kwargs.enable_thinking": spec.model.enable_thinking,
+        # model
+        "actor_rollout_ref.model.path": spec.model.path,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": spec.model.gradient_checkpointing,
+        "actor_rollout_ref.model.use_remove_padding": True,
+        # algorithm
+        "algorithm.adv_estimator": a.adv_estimator,
+        "algorithm.use_kl_in_reward": False,
+        f"{actor}.policy_loss.loss_mode": a.loss,
+        f"{actor}.clip_ratio_low": a.clip_ratio_low,
+        f"{actor}.clip_ratio_high": a.clip_ratio_high,
+        f"{actor}.use_kl_loss": a.use_kl_loss,
+        f"{actor}.kl_loss_coef": a.kl_loss_coef,
+        f"{actor}.kl_loss_type": a.kl_loss_type,
+        f"{actor}.entropy_coeff": a.entropy_coeff,
+        f"{actor}.loss_agg_mode": a.loss_agg_mode,
+        # optimisation and batches
+        f"{actor}.optim.lr": spec.optim.lr,
+        f"{actor}.optim.lr_warmup_steps": spec.optim.warmup_steps or -1,
+        f"{actor}.optim.weight_decay": spec.optim.weight_decay,
+        f"{actor}.optim.clip_grad": spec.optim.grad_clip,
+        f"{actor}.ppo_mini_batch_size": b.ppo_mini_batch_size,
+        f"{actor}.ppo_micro_batch_size_per_gpu": b.micro_batch_size_per_gpu,
+        f"{actor}.use_dynamic_bsz": b.use_dynamic_bsz,
+        f"{actor}.ppo_max_token_len_per_gpu": b.max_token_len_per_gpu,
+        f"{rollout}.log_prob_micro_batch_size_per_gpu": b.micro_batch_size_per_gpu,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": b.micro_batch_size_per_gpu,
+        # parallelism
+        f"{actor}.strategy": _strategy(spec),
+        f"{actor}.ulysses_sequence_parallel_size": p.ulysses_sequence_parallel_size,
+        "trainer.n_gpus_per_node": p.n_gpus_per_node,
+        "trainer.nnodes": p.nnodes,
+        # rollout: async vLLM/SGLang server, multi-turn tool agent loop
+        f"{rollout}.name": r.engine,
+        f"{rollout}.mode": "async",
+        f"{rollout}.n": r.n,
+        f"{rollout}.temperature": r.temperature,
+        f"{rollout}.top_p": r.top_p,
+        f"{rollout}.tensor_model_parallel_size": r.tensor_parallel,
+        f"{rollout}.gpu_memory_utilization": r.gpu_memory_utilization,
+        f"{rollout}.agent.default_agent_loop": "tool_agent",
+        f"{rollout}.multi_turn.enable": True,
+        f"{rollout}.multi_turn.format": spec.model.call_format,
+        f"{rollout}.multi_turn.max_assistant_turns": r.max_turns,
+        f"{rollout}.multi_turn.max_parallel_calls": r.max_parallel_calls,
+        f"{rollout}.multi_turn.max_tool_response_length": r.tool_response_truncate,
+        f"{rollout}.multi_turn.tool_config_path": tool_config_path,
+        # reward: the project's rule reward, loaded by path through verl's loader
+        "reward.reward_manager.name": "naive",
+        "reward.custom_reward_function.path": str(REWARD_ENTRY),
+        "reward.custom_reward_function.name": "compute_score",
+        "+reward.custom_reward_function.reward_kwargs": {
+            "call_format": spec.model.call_format,
+            "reward_config": spec.reward.model_dump(mode="json"),
+        },
+        # trainer: schedule, checkpoints, tracking
+        "trainer.total_epochs": spec.schedule.total_epochs,
+        "trainer.save_freq": spec.checkpoint.save_freq,
+        "trainer.test_freq": spec.checkpoint.test_freq,
+        "trainer.max_actor_ckpt_to_keep": spec.checkpoint.keep,
+        "trainer.default_local_dir": spec.checkpoint.run_dir,
+        "trainer.resume_mode": "auto",
+        "trainer.project_name": spec.tracking.project,
+        "trainer.experiment_name": spec.tracking.experiment,
+        "trainer.logger": list(spec.tracking.loggers),
+        "trainer.val_before_train": False,
+    }
+    if spec.parallel.strategy != "megatron":
+        values[f"{actor}.fsdp_config.param_offload"] = p.param_offload
+        values[f"{actor}.fsdp_config.optimizer_offload"] = p.optimizer_offload
+        values[f"{actor}.fsdp_config.model_dtype"] = "bf16"
+    else:
+        values[f"{actor}.megatron.tensor_model_parallel_size"] = p.megatron_tensor_parallel
+        values[f"{actor}.megatron.pipeline_model_parallel_size"] = p.megatron_pipeline_parallel
+        values[f"{actor}.megatron.expert_model_parallel_size"] = p.megatron_expert_parallel
+    if spec.schedule.total_training_steps is not None:
+        values["trainer.total_training_steps"] = spec.schedule.total_training_steps
+    if spec.checkpoint.s3_uri:
+        values["trainer.checkpoint_callback_class"] = CHECKPOINT_CALLBACK
+    overrides = [f"{key}={hydra_value(value)}" for key, value in values.items()]
+    return overrides + list(spec.verl_overrides)
+
+
+def override_keys(overrides: list[str]) -> list[str]:
+    return [o.split("=", 1)[0].lstrip("+~") for o in overrides]

@@ -1,0 +1,208 @@
+"""`toolrl train plan`: the verl command line for a spec, validated without a GPU.
+
+Validation uses verl's own machinery, so what passes here is what verl will accept:
+Hydra composes verl's real `ppo_trainer` config with the overrides (an unknown key fails),
+then verl's `validate_config`, the rollout/actor dataclass conversions, the advantage,
+policy-loss and reward-manager registries, the tool-call parser registry, the tool-config
+loader (on a tool config generated from the catalog) and the reward-function loader run.
+Keys verl would compose and then ignore are refused, naming the key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import shlex
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.spec.model import TrainingSpec
+from training.spec.overrides import (
+    IGNORED_LEGACY_PREFIXES,
+    VERL_VERSION,
+    build_overrides,
+    override_keys,
+)
+from training.spec.templates import template_warnings
+
+ENTRYPOINT = "python -m verl.trainer.main_ppo"
+
+
+class PlanError(ValueError):
+    """The spec cannot become a valid verl job; the message names the offending key."""
+
+
+@dataclass
+class Plan:
+    spec_hash: str
+    overrides: list[str]
+    tool_config_path: str
+    warnings: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+
+    def command(self) -> str:
+        """A copy-pasteable shell command (each override shell-quoted)."""
+        return " \\\n    ".join([ENTRYPOINT, *(shlex.quote(o) for o in self.overrides)])
+
+
+def write_catalog_tool_config(out: Path, url: str, timeout_s: float, concurrency: int) -> Path:
+    """verl's tool-config YAML for the MCP bridge, generated from the catalog (offline)."""
+    from serving.tools import get_catalog
+    from training.verl_bridge.tool_config import build_tool_config, render_yaml
+
+    tools = [s["function"] for s in get_catalog().openai_schemas()]
+    document, report = build_tool_config(tools, url, timeout_s, concurrency)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_yaml(document, report, "the tool catalog"), encoding="utf-8")
+    return out
+
+
+def _refuse_ignored_keys(overrides: list[str]) -> None:
+    for key in override_keys(overrides):
+        if key.startswith(IGNORED_LEGACY_PREFIXES):
+            raise PlanError(
+                f"override '{key}' is a legacy key that verl {VERL_VERSION} composes but "
+                "ignores; use reward.custom_reward_function.* / reward.reward_manager.name"
+            )
+
+
+def compose_verl_config(overrides: list[str]) -> Any:
+    """verl's real trainer config with our overrides, composed by Hydra (no GPU needed)."""
+    import verl.trainer.config as verl_config
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    config_dir = str(Path(verl_config.__file__).parent)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            return compose(config_name="ppo_trainer", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise PlanError(f"verl rejected the overrides: {_first_line(exc)}") from exc
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:400]
+
+
+def _check(name: str, checks: list[str], fn: Any, *args: Any) -> Any:
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = fn(*args)
+    except PlanError:
+        raise
+    except Exception as exc:  # verl raises assertions, ValueErrors, KeyErrors ...
+        raise PlanError(f"{name} failed: {type(exc).__name__}: {_first_line(exc)}") from exc
+    checks.append(name)
+    return result
+
+
+def validate_with_verl(config: Any, checks: list[str]) -> None:
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn
+    from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    _check(
+        "verl validate_config",
+        checks,
+        lambda: validate_config(config, need_reference_policy(config), need_critic(config)),
+    )
+    _check(
+        "rollout config dataclass",
+        checks,
+        omega_conf_to_dataclass,
+        config.actor_rollout_ref.rollout,
+    )
+    _check(
+        "advantage estimator registry", checks, get_adv_estimator_fn, config.algorithm.adv_estimator
+    )
+    _check(
+        "policy loss registry",
+        checks,
+        get_policy_loss_fn,
+        config.actor_rollout_ref.actor.policy_loss.loss_mode,
+    )
+    _check("reward manager registry", checks, resolve_reward_manager_cls, config)
+    _check(
+        "tool parser registry",
+        checks,
+        _tool_parser_known,
+        config.actor_rollout_ref.rollout.multi_turn.format,
+    )
+    _check(
+        "tool config loader",
+        checks,
+        _load_tools,
+        config.actor_rollout_ref.rollout.multi_turn.tool_config_path,
+    )
+    reward_fn = _check("reward function loader", checks, get_custom_reward_fn, config)
+    _check("reward function is the project's", checks, _assert_project_reward, reward_fn)
+
+
+def _tool_parser_known(name: str) -> None:
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    registry = getattr(ToolParser, "_registry", {})
+    if name not in registry:
+        raise PlanError(
+            f"multi_turn.format '{name}' is not a verl tool parser ({sorted(registry)})"
+        )
+
+
+def _load_tools(path: str) -> None:
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    logging.getLogger("verl").setLevel(logging.WARNING)
+    tools = initialize_tools_from_config(path)
+    if not tools:
+        raise PlanError(f"verl loaded no tools from {path}")
+
+
+def _assert_project_reward(reward_fn: Any) -> None:
+    from training.rewards.score import compute_score
+
+    if reward_fn is None:
+        raise PlanError("verl would use its default reward: reward.custom_reward_function unset")
+    probe = reward_fn(
+        data_source="toolrl/synthetic",
+        solution_str="",
+        ground_truth='{"category": "irrelevance"}',
+        extra_info={},
+    )
+    expected = compute_score(
+        data_source="toolrl/synthetic",
+        solution_str="",
+        ground_truth='{"category": "irrelevance"}',
+        extra_info={},
+    )
+    if not isinstance(probe, dict) or probe.get("score") != expected.get("score"):
+        raise PlanError("the loaded reward function does not behave like the project's")
+
+
+def plan(spec: TrainingSpec, workdir: Path | None = None) -> Plan:
+    """Build and validate the verl overrides for `spec`; raise PlanError on any problem."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="toolrl-plan-"))
+    tool_config = write_catalog_tool_config(
+        workdir / "tool_config.yaml",
+        spec.tools.server_url,
+        spec.tools.timeout_s,
+        spec.tools.max_concurrency,
+    )
+    overrides = build_overrides(spec, str(tool_config))
+    _refuse_ignored_keys(overrides)
+    checks: list[str] = []
+    config = compose_verl_config(overrides)
+    checks.append("hydra compose of verl's ppo_trainer")
+    validate_with_verl(config, checks)
+    return Plan(spec.spec_hash(), overrides, str(tool_config), template_warnings(spec), checks)
