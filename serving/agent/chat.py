@@ -1,0 +1,193 @@
+"""A small async client for OpenAI-compatible chat and text-completion endpoints.
+
+Why not the `openai` package: the evaluation drives thousands of short episodes, and the
+harness must cost under 5 ms of CPU per case; one pooled aiohttp session with plain JSON is
+several times cheaper per request. Every reply is treated as untrusted input: a missing
+`choices`, a non-string `content` or garbage `tool_calls` become a clear `TransportError`
+or a malformed call, never a crash.
+
+Retries: connection failures, timeouts, 429 and 502/503/504 are retried with exponential
+backoff, then raised as `TransportError`. HTTP 500 is different: servers such as
+`transformers serve` answer 500 when the *model* wrote a malformed tool call, and a retry
+would reproduce it; it raises `BackendOutputError` at once so the loop can fall back to raw
+text and the project's parser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from serving.agent.types import Message, TransportError
+
+RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+
+
+class BackendOutputError(TransportError):
+    """HTTP 500 from the model server: usually its parser failing on the model's output."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatReply:
+    """One model response, normalised. `tool_calls` entries are `{id, name, arguments}`
+    where `arguments` is the raw JSON string or object the server sent."""
+
+    content: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int = 4
+    """Tries per request, the first included."""
+    backoff_s: float = 0.25
+    """First wait; doubles per retry."""
+    max_backoff_s: float = 4.0
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _normalise_tool_calls(raw: Any) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+    if not isinstance(raw, list):
+        return calls
+    for index, item in enumerate(raw[:64]):
+        function = item.get("function") if isinstance(item, Mapping) else None
+        if not isinstance(function, Mapping):
+            calls.append({"id": f"call_{index}", "name": "", "arguments": item})
+            continue
+        call_id = item.get("id") if isinstance(item, Mapping) else None
+        calls.append(
+            {
+                "id": call_id if isinstance(call_id, str) and call_id else f"call_{index}",
+                "name": function.get("name") if isinstance(function.get("name"), str) else "",
+                "arguments": function.get("arguments", "{}"),
+            }
+        )
+    return calls
+
+
+def parse_chat_body(body: Any) -> ChatReply:
+    """The reply inside a chat-completions (or completions) body; TransportError if none."""
+    if not isinstance(body, Mapping):
+        raise TransportError("model server answered a non-object JSON body")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise TransportError("model server answered without choices")
+    choice = choices[0]
+    message = choice.get("message")
+    if isinstance(message, Mapping):
+        content = message.get("content")
+        tool_calls = _normalise_tool_calls(message.get("tool_calls"))
+    else:
+        content, tool_calls = choice.get("text"), []
+    usage_raw = body.get("usage")
+    usage: Mapping[str, Any] = usage_raw if isinstance(usage_raw, Mapping) else {}
+    return ChatReply(
+        content=content if isinstance(content, str) else "",
+        tool_calls=tool_calls,
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        completion_tokens=_int(usage.get("completion_tokens")),
+    )
+
+
+class ChatClient:
+    """One pooled HTTP session to one OpenAI-compatible base URL (`.../v1`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_connections: int = 64,
+        retry: RetryPolicy | None = None,
+        sampling: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.retry = retry or RetryPolicy()
+        self.sampling = dict(sampling or {})
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._max_connections = max_connections
+        self._http: aiohttp.ClientSession | None = None
+
+    async def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=30)
+            self._http = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, headers=self._headers
+            )
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None and not self._http.closed:
+            await self._http.close()
+        self._http = None
+
+    async def _post(self, path: str, payload: dict[str, Any], retry_500: bool) -> ChatReply:
+        url = f"{self.base_url}{path}"
+        data = json.dumps(payload, ensure_ascii=False)
+        problem = ""
+        for attempt in range(self.retry.attempts):
+            if attempt:
+                delay = min(self.retry.max_backoff_s, self.retry.backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(delay)
+            started = time.perf_counter()
+            try:
+                http = await self._session()
+                async with http.post(url, data=data) as response:
+                    status = response.status
+                    text = await response.text()
+            except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as exc:
+                problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+                continue
+            if status == 200:
+                try:
+                    reply = parse_chat_body(json.loads(text))
+                except ValueError as exc:
+                    raise TransportError(f"{url}: invalid JSON body ({exc})") from exc
+                latency = time.perf_counter() - started
+                return ChatReply(
+                    reply.content,
+                    reply.tool_calls,
+                    reply.prompt_tokens,
+                    reply.completion_tokens,
+                    latency,
+                )
+            problem = f"HTTP {status}: {text[:300]}"
+            if status == 500 and not retry_500:
+                raise BackendOutputError(f"{url}: {problem}")
+            if status not in RETRY_STATUSES and status != 500:
+                raise TransportError(f"{url}: {problem}")
+        raise TransportError(f"{url}: failed after {self.retry.attempts} attempts: {problem}")
+
+    async def chat(
+        self, messages: Sequence[Message], tools: Sequence[Message], retry_500: bool = True
+    ) -> ChatReply:
+        """POST /chat/completions with `tools` (the server's parser fills `tool_calls`)."""
+        payload: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if tools:
+            payload["tools"] = list(tools)
+        payload.update(self.sampling)
+        return await self._post("/chat/completions", payload, retry_500)
+
+    async def complete(self, prompt: str) -> ChatReply:
+        """POST /completions with an already-rendered prompt: the raw text comes back."""
+        payload: dict[str, Any] = {"model": self.model, "prompt": prompt}
+        payload.update(self.sampling)
+        return await self._post("/completions", payload, retry_500=True)

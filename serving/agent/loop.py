@@ -1,0 +1,268 @@
+"""The one agent loop: evaluation, the front door and CPU rollouts all run this.
+
+One episode: send the conversation with the MCP server's tools, execute every call the model
+returns on the MCP server (the calls of one turn concurrently), append the results as tool
+messages, and repeat until the model answers without calling or the turn limit is reached.
+
+Calls come from the server's own parser (`tool_calls`) or, in `raw` mode and as the fallback
+when the server fails on malformed output (HTTP 500), from the injected raw-text parser run on
+a `/v1/completions` reply rendered with the model's chat template: a model without a
+server-side parser is evaluated the same way. Tool errors go back to the model as tool
+messages; transport failures are retried, then end the episode with `error` set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from serving.agent.chat import BackendOutputError, ChatClient, ChatReply
+from serving.agent.types import (
+    Message,
+    PromptRenderer,
+    RawParser,
+    ToolCall,
+    ToolExecutor,
+    Trajectory,
+    TransportError,
+    Turn,
+)
+
+#: Parser error kinds after which a call is not executed (its structure is broken, so what
+#: the model meant is unknown). Unknown tools and schema violations ARE executed: the tool
+#: server's own error message tells the model what to fix.
+NOT_EXECUTED = frozenset(
+    {
+        "bad_json",
+        "bad_structure",
+        "unclosed_tag",
+        "stray_closing_tag",
+        "stray_attribute",
+        "garbage_in_name",
+        "wrong_format",
+        "bare_call",
+    }
+)
+_CALL_MARKERS = ("<tool_call", "<function=")
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+class AgentConfig(BaseModel):
+    """How one episode runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["chat", "raw"] = "chat"
+    """chat: the server parses calls (`tool_calls`); raw: `/v1/completions` on a prompt
+    rendered with the chat template, calls parsed by the project's parser."""
+    max_turns: int = Field(default=8, ge=1, le=64)
+    """Model responses per episode; an episode still calling tools after this stops."""
+    tool_concurrency: int = Field(default=8, ge=1, le=256)
+    """Calls of one turn executed at once."""
+    tool_attempts: int = Field(default=3, ge=1, le=10)
+    """Tries per tool call on transport failure (tool errors are not retried)."""
+    tool_backoff_s: float = Field(default=0.2, ge=0.0, le=30.0)
+    """First wait between tool-call tries; doubles per retry."""
+
+
+def openai_tools(mcp_tools: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """MCP `tools/list` entries -> OpenAI `tools` (function schemas)."""
+    tools: list[Message] = []
+    for tool in mcp_tools:
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        schema = tool.get("inputSchema")
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": str(tool.get("description") or ""),
+                    "parameters": schema
+                    if isinstance(schema, Mapping)
+                    else {"type": "object", "properties": {}},
+                },
+            }
+        )
+    return tools
+
+
+def final_text(content: str) -> str:
+    """The answer a user sees: reasoning blocks removed, whitespace trimmed."""
+    if "</think>" in content:
+        content = _THINK.sub("", content)
+        content = content.rsplit("</think>", 1)[-1]
+    return content.strip()
+
+
+def _structured_calls(reply: ChatReply) -> list[ToolCall]:
+    calls: list[ToolCall] = []
+    for raw in reply.tool_calls:
+        arguments = raw["arguments"]
+        kinds: tuple[str, ...] = ()
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                arguments, kinds = {}, ("bad_json",)
+        if not isinstance(arguments, dict):
+            arguments, kinds = {}, ("bad_structure",)
+        if not raw["name"]:
+            kinds = (*kinds, "bad_structure")
+        calls.append(ToolCall(raw["id"], raw["name"], arguments, kinds))
+    return calls
+
+
+class Agent:
+    """The loop bound to one model endpoint, one tool server and (optionally) a parser."""
+
+    def __init__(
+        self,
+        chat: ChatClient,
+        tools: ToolExecutor,
+        config: AgentConfig | None = None,
+        parser: RawParser | None = None,
+        renderer: PromptRenderer | None = None,
+    ) -> None:
+        self.chat = chat
+        self.tools = tools
+        self.config = config or AgentConfig()
+        self.parser = parser
+        self.renderer = renderer
+        if self.config.mode == "raw" and (parser is None or renderer is None):
+            raise ValueError("raw mode needs a parser and a prompt renderer")
+        self._schemas: list[Message] | None = None
+        self._lock = asyncio.Lock()
+
+    async def tool_schemas(self) -> list[Message]:
+        """The server's tools in OpenAI form, listed once (retried like any transport)."""
+        async with self._lock:
+            if self._schemas is None:
+                listed = await self._retry(self.tools.list_tools, "tools/list")
+                self._schemas = openai_tools(listed)
+            return self._schemas
+
+    async def _retry(self, fn: Any, what: str, *args: Any) -> Any:
+        problem = ""
+        for attempt in range(self.config.tool_attempts):
+            if attempt:
+                await asyncio.sleep(self.config.tool_backoff_s * 2 ** (attempt - 1))
+            try:
+                return await fn(*args)
+            except Exception as exc:  # any client's transport error; reported below
+                problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+        tries = self.config.tool_attempts
+        raise TransportError(f"MCP {what} failed after {tries} tries: {problem}")
+
+    async def _respond(self, messages: list[Message], schemas: list[Message]) -> tuple[Turn, bool]:
+        """One model response as a Turn; the bool says whether it came back as raw text."""
+        if self.config.mode == "chat":
+            try:
+                reply = await self.chat.chat(messages, schemas, retry_500=self.renderer is None)
+            except BackendOutputError:
+                assert self.renderer is not None
+                reply = await self.chat.complete(self.renderer(messages, schemas))
+                source: Literal["tool_calls", "raw", "raw_fallback"] = "raw_fallback"
+            else:
+                source = "tool_calls"
+        else:
+            assert self.renderer is not None
+            reply = await self.chat.complete(self.renderer(messages, schemas))
+            source = "raw"
+        turn = Turn(
+            content=reply.content,
+            source=source,
+            latency_s=reply.latency_s,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+        )
+        turn.calls = _structured_calls(reply)
+        return turn, not reply.tool_calls
+
+    def _parse_raw(self, turn: Turn) -> None:
+        text = turn.content
+        if self.parser is None or not any(marker in text for marker in _CALL_MARKERS):
+            return
+        parsed = self.parser(text)
+        turn.error_kinds = list(parsed.error_kinds)
+        turn.calls = [
+            ToolCall(f"call_{i}", call.name, dict(call.arguments), tuple(call.error_kinds))
+            for i, call in enumerate(parsed.calls)
+        ]
+        if turn.calls:
+            cut = min(text.find(m) for m in _CALL_MARKERS if m in text)
+            turn.content = text[:cut].rstrip()
+
+    async def _execute(self, call: ToolCall, session: str, seq: int) -> None:
+        if not call.name or NOT_EXECUTED.intersection(call.error_kinds):
+            kinds = ", ".join(call.error_kinds) or "malformed"
+            call.result = f"Error: the tool call could not be parsed ({kinds}); not executed."
+            call.result_is_error = True
+            return
+        reply = await self._retry(
+            self.tools.call_tool, f"tools/call {call.name}", call.name, call.arguments, session, seq
+        )
+        call.result, call.result_is_error = str(reply.text), bool(reply.is_error)
+
+    async def run(self, messages: Sequence[Message], session: str = "agent") -> Trajectory:
+        """Run one episode from `messages` (system + user ...). Never raises on transport
+        failure: the trajectory comes back with `stop="error"` and the reason."""
+        started = time.perf_counter()
+        trajectory = Trajectory(messages=[dict(m) for m in messages])
+        history = trajectory.messages
+        seq = 0
+        limit = asyncio.Semaphore(self.config.tool_concurrency)
+
+        async def bounded(call: ToolCall, index: int) -> None:
+            async with limit:
+                await self._execute(call, session, index)
+
+        try:
+            schemas = await self.tool_schemas()
+            for _ in range(self.config.max_turns):
+                turn, raw = await self._respond(history, schemas)
+                if raw:
+                    self._parse_raw(turn)
+                trajectory.turns.append(turn)
+                if not turn.calls:
+                    trajectory.final_answer = final_text(turn.content)
+                    history.append({"role": "assistant", "content": turn.content})
+                    break
+                history.append(_assistant_message(turn))
+                await asyncio.gather(*(bounded(c, seq + i) for i, c in enumerate(turn.calls)))
+                seq += len(turn.calls)
+                history.extend(
+                    {"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.result}
+                    for c in turn.calls
+                )
+            else:
+                trajectory.stop = "max_turns"
+        except TransportError as exc:
+            trajectory.stop, trajectory.error = "error", str(exc)
+        trajectory.latency_s = time.perf_counter() - started
+        return trajectory
+
+
+def _assistant_message(turn: Turn) -> Message:
+    return {
+        "role": "assistant",
+        "content": turn.content,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {
+                    "name": call.name or "invalid_call",
+                    "arguments": json.dumps(call.arguments, ensure_ascii=False),
+                },
+            }
+            for call in turn.calls
+        ],
+    }

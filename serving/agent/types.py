@@ -1,0 +1,130 @@
+"""The agent loop's contracts: what it needs injected, and the trajectory it returns.
+
+Why Protocols: `serving` must not import `training` (the dependency runs the other way), yet
+evaluation and the front door must run the *same* loop with the project's tool-call parser and
+its pooled MCP client. So the loop names only shapes here; the composition roots (the `toolrl`
+commands) inject `training.parsing.parse_tool_calls` and the MCP client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Message = dict[str, Any]
+"""One OpenAI chat message (`role`, `content`, optional `tool_calls` / `tool_call_id`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawCall:
+    """A call parsed out of raw model text. `error_kinds` empty means the call is valid."""
+
+    name: str
+    arguments: dict[str, Any]
+    error_kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RawParse:
+    """Every call attempt in one assistant turn, plus turn-level format error kinds."""
+
+    calls: tuple[RawCall, ...]
+    error_kinds: tuple[str, ...] = ()
+
+
+class RawParser(Protocol):
+    """Parses one assistant turn of raw text (hermes or qwen3_coder syntax); never raises."""
+
+    def __call__(self, text: str) -> RawParse: ...
+
+
+class PromptRenderer(Protocol):
+    """Renders a conversation and tool schemas into the model's prompt (its chat template),
+    for raw `/v1/completions` requests."""
+
+    def __call__(self, messages: Sequence[Message], tools: Sequence[Message]) -> str: ...
+
+
+class ToolReply(Protocol):
+    """What a tool call returns: the text the model sees and whether it is a tool error."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def is_error(self) -> bool: ...
+
+
+class ToolExecutor(Protocol):
+    """An MCP client: `list_tools` returns MCP tool dicts (`name`, `description`,
+    `inputSchema`); `call_tool` raises only on transport failure (tool errors come back as
+    `is_error`). `training.verl_bridge.client.McpHttpClient` has this shape."""
+
+    async def list_tools(self) -> list[dict[str, Any]]: ...
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        session: str | None = None,
+        seq: int | None = None,
+    ) -> ToolReply: ...
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One call the model made in a turn, as executed (or refused)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    error_kinds: tuple[str, ...] = ()
+    result: str = ""
+    result_is_error: bool = False
+
+
+@dataclass(slots=True)
+class Turn:
+    """One model response: its prose, its calls, how it was obtained and what it cost."""
+
+    content: str
+    calls: list[ToolCall] = field(default_factory=list)
+    error_kinds: list[str] = field(default_factory=list)
+    """Turn-level format errors (e.g. text after the last call)."""
+    source: Literal["tool_calls", "raw", "raw_fallback"] = "tool_calls"
+    """Where calls came from: the server's parser, the raw-completion path, or the fallback
+    taken after the server failed on malformed output (HTTP 500)."""
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """The whole episode. `error` is set when a transport failure ended it (after retries);
+    such an episode is reported as an error, never scored as if the model had answered."""
+
+    messages: list[Message]
+    turns: list[Turn] = field(default_factory=list)
+    final_answer: str = ""
+    stop: Literal["answer", "max_turns", "error"] = "answer"
+    error: str | None = None
+    latency_s: float = 0.0
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [call for turn in self.turns for call in turn.calls]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(turn.prompt_tokens for turn in self.turns)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(turn.completion_tokens for turn in self.turns)
+
+
+class TransportError(Exception):
+    """The model endpoint or the tool server could not be reached or answered garbage, after
+    the configured retries. Carries what was tried, for the report."""

@@ -1,0 +1,135 @@
+"""The agent loop against a scripted OpenAI-compatible server on loopback and an in-process
+tool executor: concurrency of parallel calls, tool errors, transport retries, turn limit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from serving.agent import Agent, AgentConfig, ChatClient, RawCall, RawParse, RetryPolicy
+from training.evaluation.scripted import Scripted, serve_in_thread
+
+Message = dict[str, Any]
+TOOLS = [{"name": "slow", "description": "d", "inputSchema": {"type": "object"}}]
+
+
+@dataclass
+class Reply:
+    text: str
+    is_error: bool = False
+
+
+class FakeTools:
+    def __init__(self, delay: float = 0.0, fail_times: int = 0, error: bool = False) -> None:
+        self.delay, self.fail_times, self.error = delay, fail_times, error
+        self.calls: list[tuple[str, dict[str, Any], str | None]] = []
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        return TOOLS
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        session: str | None = None,
+        seq: int | None = None,
+    ) -> Reply:
+        self.calls.append((name, dict(arguments or {}), session))
+        if self.fail_times:
+            self.fail_times -= 1
+            raise ConnectionError("tool server down")
+        await asyncio.sleep(self.delay)
+        if self.error:
+            return Reply("Error: city not found", True)
+        return Reply(f"result of {arguments}")
+
+
+def calls_then_answer(n_calls: int) -> Any:
+    def reply(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
+        if not any(m["role"] == "tool" for m in messages):
+            return Scripted(calls=[("slow", {"i": i}) for i in range(n_calls)])
+        return Scripted(content="<think>hmm</think> final answer")
+
+    return reply
+
+
+def run(script: Any, tools: FakeTools, **config: Any) -> Any:
+    with serve_in_thread(script) as url:
+        client = ChatClient(url, "m", retry=RetryPolicy(attempts=2, backoff_s=0.01))
+        agent = Agent(client, tools, AgentConfig(tool_backoff_s=0.01, **config))
+
+        async def go() -> Any:
+            try:
+                return await agent.run([{"role": "user", "content": "q"}], session="s1")
+            finally:
+                await client.close()
+
+        return asyncio.run(go())
+
+
+def test_scripted_parallel_calls_run_concurrently_and_results_come_back_in_order() -> None:
+    tools = FakeTools(delay=0.3)
+    started = time.perf_counter()
+    trajectory = run(calls_then_answer(4), tools)
+    assert time.perf_counter() - started < 1.0  # 4 x 0.3 s sequentially would be 1.2 s
+    assert trajectory.stop == "answer" and trajectory.final_answer == "final answer"
+    tool_messages = [m for m in trajectory.messages if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == [f"result of {{'i': {i}}}" for i in range(4)]
+    assert {session for _, _, session in tools.calls} == {"s1"}
+
+
+def test_scripted_tool_errors_go_back_to_the_model_as_tool_messages() -> None:
+    trajectory = run(calls_then_answer(1), FakeTools(error=True))
+    assert trajectory.error is None
+    assert trajectory.calls[0].result_is_error
+    assert trajectory.messages[-2] == {
+        "role": "tool",
+        "tool_call_id": trajectory.calls[0].id,
+        "name": "slow",
+        "content": "Error: city not found",
+    }
+
+
+def test_scripted_tool_transport_failure_is_retried_then_reported() -> None:
+    recovered = run(calls_then_answer(1), FakeTools(fail_times=2), tool_attempts=3)
+    assert recovered.stop == "answer"
+    failed = run(calls_then_answer(1), FakeTools(fail_times=5), tool_attempts=2)
+    assert failed.stop == "error"
+    assert "ConnectionError" in (failed.error or "")
+
+
+def test_scripted_turn_limit_stops_a_model_that_never_answers() -> None:
+    def forever(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
+        return Scripted(calls=[("slow", {})])
+
+    trajectory = run(forever, FakeTools(), max_turns=3)
+    assert trajectory.stop == "max_turns" and len(trajectory.turns) == 3
+
+
+def test_scripted_calls_in_content_are_parsed_by_the_injected_parser() -> None:
+    def text_calls(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
+        if any(m["role"] == "tool" for m in messages):
+            return Scripted(content="done")
+        return Scripted(content='Let me check.<tool_call>{"name": "slow"}</tool_call>')
+
+    def parser(text: str) -> RawParse:
+        return RawParse((RawCall("slow", {"x": 1}),), ("text_after_call",))
+
+    tools = FakeTools()
+    with serve_in_thread(text_calls) as url:
+        client = ChatClient(url, "m")
+        agent = Agent(client, tools, parser=parser)
+        trajectory = asyncio.run(agent.run([{"role": "user", "content": "q"}]))
+    assert tools.calls[0][:2] == ("slow", {"x": 1})
+    assert trajectory.turns[0].content == "Let me check."
+    assert trajectory.turns[0].error_kinds == ["text_after_call"]
+
+
+def test_raw_mode_requires_a_parser_and_renderer() -> None:
+    with pytest.raises(ValueError, match="raw mode"):
+        Agent(ChatClient("http://127.0.0.1:9/v1", "m"), FakeTools(), AgentConfig(mode="raw"))

@@ -1,0 +1,188 @@
+"""The evaluation report: a versioned JSON document and its HTML summary.
+
+The JSON is the contract the gate, the registry (a version tag and an artifact) and the DAG
+read, so it is a pydantic model with a `schema_version`; a reader refuses a newer major
+version instead of guessing. The HTML has inline SVG bar charts and no scripts or external
+assets (it is opened from an artifact store), and every string in it is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+REPORT_SCHEMA_VERSION = 1
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+
+
+class ReportError(ValueError):
+    """A report file that cannot be read; the message names the file and the problem."""
+
+
+class EvalSource(BaseModel):
+    """What was evaluated, on which data, how: the gate compares candidates only when the
+    data fingerprints agree."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str
+    model: str
+    mode: str
+    data_path: str
+    data_sha256: str
+    dataset_version: str | None = None
+    max_turns: int
+    samples: int = 1
+    benchmark: str = "toolrl"
+    """`toolrl` for the held-out split, `bfcl` for the external benchmark."""
+
+
+class EvalReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    kind: Literal["toolrl-eval-report"] = "toolrl-eval-report"
+    created_at: str
+    source: EvalSource
+    cases_total: int
+    cases_skipped: list[str] = Field(default_factory=list)
+    metrics: dict[str, Any]
+    """`overall`, `by_category`, `by_tool`, `pass_hat_k` (see training/evaluation/metrics.py)."""
+    failures: list[dict[str, Any]] = Field(default_factory=list)
+    """Up to 50 failed cases with what went wrong, for a human reading the report."""
+    harness: dict[str, float] = Field(default_factory=dict)
+    """wall_s, cases_per_s: how long the evaluation took."""
+
+
+def write_report(report: EvalReport, path: Path) -> Path:
+    """Write JSON atomically (a crash never leaves half a report) and the HTML beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    os.replace(tmp, path)
+    path.with_suffix(".html").write_text(render_html(report))
+    return path
+
+
+def load_report(path: Path) -> EvalReport:
+    """Read and validate a report; ReportError on anything unreadable or foreign."""
+    try:
+        if path.stat().st_size > MAX_REPORT_BYTES:
+            raise ReportError(f"{path}: larger than {MAX_REPORT_BYTES} bytes")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, ReportError):
+            raise
+        raise ReportError(f"{path}: not a readable JSON file ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: not a JSON object")
+    version = data.get("schema_version")
+    if isinstance(version, int) and version > REPORT_SCHEMA_VERSION:
+        raise ReportError(f"{path}: schema_version {version} is newer than this reader")
+    try:
+        return EvalReport.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ReportError(f"{path}: invalid report at {where}: {first['msg']}") from exc
+
+
+def _bars(title: str, values: dict[str, float | None]) -> str:
+    rows = [(k, v) for k, v in values.items() if isinstance(v, int | float)]
+    height = 22 * len(rows) + 30
+    parts = [
+        f'<svg width="640" height="{height}" role="img" aria-label="{html.escape(title)}">',
+        f'<text x="0" y="16" font-weight="bold">{html.escape(title)}</text>',
+    ]
+    for i, (label, value) in enumerate(rows):
+        y = 28 + 22 * i
+        width = max(0.0, min(1.0, float(value))) * 360
+        parts.append(
+            f'<text x="0" y="{y + 13}" font-size="12">{html.escape(label)}</text>'
+            f'<rect x="220" y="{y}" width="{width:.1f}" height="16" fill="#4a7ebb"/>'
+            f'<text x="{226 + width:.1f}" y="{y + 13}" font-size="12">{float(value):.3f}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(rows: dict[str, dict[str, Any]], columns: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["", *columns])
+    body = []
+    for name, values in rows.items():
+        cells = "".join(f"<td>{html.escape(str(values.get(c)))}</td>" for c in columns)
+        body.append(f"<tr><th>{html.escape(name)}</th>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+_RATES = (
+    "pass_rate",
+    "tool_call_rate",
+    "tool_selection_accuracy",
+    "argument_accuracy",
+    "exact_call_accuracy",
+    "answer_accuracy",
+    "irrelevance_accuracy",
+    "clarification_accuracy",
+    "malformed_call_rate",
+    "error_rate",
+)
+
+
+def render_html(report: EvalReport) -> str:
+    """A self-contained HTML summary: charts for rates, tables for categories and tools."""
+    overall = report.metrics.get("overall", {})
+    by_category = report.metrics.get("by_category", {})
+    by_tool = report.metrics.get("by_tool", {})
+    src = report.source
+    kinds = overall.get("malformed_by_kind")
+    charts = [
+        _bars("Overall", {k: overall.get(k) for k in _RATES}),
+        _bars("Pass rate by category", {c: m.get("pass_rate") for c, m in by_category.items()}),
+        _bars(
+            "Argument accuracy by tool",
+            {t: m.get("argument_accuracy") for t, m in by_tool.items()},
+        ),
+    ]
+    pass_k = report.metrics.get("pass_hat_k") or {}
+    if pass_k:
+        charts.append(_bars("pass^k", {f"k={k}": v for k, v in pass_k.items()}))
+    failures = "".join(
+        f"<li><code>{html.escape(json.dumps(f, ensure_ascii=False)[:400])}</code></li>"
+        for f in report.failures[:50]
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>toolrl eval</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;"
+        "border-bottom:1px solid #ddd;text-align:right}</style></head><body>"
+        f"<h1>Evaluation of {html.escape(src.model)}</h1>"
+        f"<p>{html.escape(src.benchmark)} data {html.escape(src.data_path)} "
+        f"(version {html.escape(str(src.dataset_version))}), endpoint "
+        f"{html.escape(src.endpoint)}, mode {html.escape(src.mode)}, "
+        f"{report.cases_total} cases, {len(report.cases_skipped)} skipped, "
+        f"created {html.escape(report.created_at)}</p>"
+        + "".join(f"<div>{c}</div>" for c in charts)
+        + "<h2>By category</h2>"
+        + _table(by_category, ["cases", *_RATES, "mean_turns", "latency_p95_s"])
+        + "<h2>By tool</h2>"
+        + _table(by_tool, ["cases", "selection_recall", "argument_accuracy", "unexpected_calls"])
+        + "<h2>Latency and tokens</h2>"
+        + _table(
+            {"overall": overall},
+            [
+                "latency_p50_s",
+                "latency_p95_s",
+                "model_latency_p50_s",
+                "model_latency_p95_s",
+                "mean_prompt_tokens",
+                "mean_completion_tokens",
+            ],
+        )
+        + f"<h2>Malformed calls by kind</h2><p>{html.escape(str(kinds))}</p>"
+        + f"<h2>Failures (first 50)</h2><ul>{failures}</ul></body></html>"
+    )
