@@ -16,7 +16,7 @@ from training.spec.model import TrainingSpec
 VERL_VERSION = "0.9.1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REWARD_ENTRY = REPO_ROOT / "training" / "rewards" / "verl_entry.py"
-CHECKPOINT_CALLBACK = "training.jobs.callbacks.CheckpointUploader"
+CHECKPOINT_CALLBACK = "training.checkpoints.callback.CheckpointUploader"
 
 #: Keys that verl 0.9 composes without error and then ignores: a spec that sets them
 #: (through `verl_overrides`) is refused at plan time, naming the key.
