@@ -50,6 +50,9 @@ class EnvVar:
     """The embedded default; ``None`` means unset, which turns the feature off."""
     secret: bool = False
     """Comes from a secret store (Kubernetes Secret, ``.env`` file), never from Git."""
+    set_by: Literal["deployment", "job"] = "deployment"
+    """``job``: the submitter puts it in each Ray job's ``runtime_env`` (it differs per run), so
+    a deployment must not set it on the pods."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,22 @@ ENV_VARS: tuple[EnvVar, ...] = (
         secret=True,
     ),
     EnvVar(
+        "TOOLRL_CHECKPOINT_S3_URI",
+        "s3://bucket/prefix a training run mirrors its checkpoints to; unset keeps them local.",
+        _c("ray"),
+        required=False,
+        default=None,
+        set_by="job",
+    ),
+    EnvVar(
+        "TOOLRL_CHECKPOINT_KEEP",
+        "How many complete checkpoints a run keeps in S3 (older ones are pruned).",
+        _c("ray"),
+        required=False,
+        default="3",
+        set_by="job",
+    ),
+    EnvVar(
         "TOOLRL_MODEL_NAME",
         "Registered model name in MLflow; serving loads models:/<name>@champion.",
         _c("airflow", "serving", "cli"),
@@ -246,12 +265,15 @@ def env_var(name: str) -> EnvVar:
 
 
 def keys_read_by(component: Component, *, required_only: bool = False) -> frozenset[str]:
-    """Every environment variable name a component reads: env vars, plus for Airflow the
-    ``AIRFLOW_CONN_*`` and ``AIRFLOW_VAR_*`` variables its connections and Variables come from."""
+    """Every environment variable a deployment may set for a component: its env vars (less the
+    per-job ones the submitter sets), plus for Airflow the ``AIRFLOW_CONN_*`` and
+    ``AIRFLOW_VAR_*`` variables its connections and Variables come from."""
     keys = {
         var.name
         for var in ENV_VARS
-        if component in var.read_by and (var.required or not required_only)
+        if component in var.read_by
+        and var.set_by == "deployment"
+        and (var.required or not required_only)
     }
     if component == "airflow":
         keys |= {c.env_var for c in CONNECTIONS if c.required or not required_only}
@@ -285,6 +307,8 @@ class ServiceSettings(BaseModel):
     judge_url: str | None = Field(alias="TOOLRL_JUDGE_URL")
     judge_model: str | None = Field(alias="TOOLRL_JUDGE_MODEL")
     judge_api_key: SecretStr | None = Field(alias="TOOLRL_JUDGE_API_KEY")
+    checkpoint_s3_uri: str | None = Field(alias="TOOLRL_CHECKPOINT_S3_URI", pattern=r"^s3://")
+    checkpoint_keep: int = Field(alias="TOOLRL_CHECKPOINT_KEEP", ge=1)
     model_name: str = Field(alias="TOOLRL_MODEL_NAME", min_length=1)
 
     @field_validator(

@@ -419,3 +419,16 @@ def test_cli_flags_used_by_infra_exist_offline(
         assert flags <= options, f"toolrl {' '.join(path)} lacks {sorted(flags - options)}"
     if missing_commands:
         pytest.skip(f"CLI commands not implemented yet: {missing_commands}")
+
+
+def test_infra_never_sets_per_job_settings_offline(
+    compose: dict[str, Any], k8s_documents: list[tuple[Path, dict[str, Any]]]
+) -> None:
+    """Per-job keys (checkpoint prefix, ...) travel in each Ray job's runtime_env; set on the
+    pods they would make every run share one value."""
+    per_job = {v.name for v in settings.ENV_VARS if v.set_by == "job"}
+    assert per_job, "the registry declares per-job keys"
+    for found in (collect_compose(compose), collect_k8s(k8s_documents)):
+        for workloads in found.values():
+            for workload, names in workloads.items():
+                assert not names & per_job, f"{workload} sets per-job keys {names & per_job}"
