@@ -104,7 +104,7 @@ def lookup_price(product: str, currency: str = "USD") -> dict[str, Any]:
     return _run("lookup_price", product=product, currency=currency)
 
 
-BASELINE_TOOLS = [
+BASELINE_TOOLS: list[Callable[..., dict[str, Any]]] = [
     calculate_math,
     unit_converter,
     get_current_weather,

@@ -78,7 +78,7 @@ def test_config_rejects_unknown_keys_and_bad_values() -> None:
     with pytest.raises(ValidationError):
         ServerConfig.model_validate({"mode": "mock", "wokers": 2})
     with pytest.raises(ValidationError):
-        ServerConfig(mode="fake")  # type: ignore[arg-type]
+        ServerConfig(mode="fake")
     with pytest.raises(ValidationError):
         FaultConfig(failure_rate=1.5)
     with pytest.raises(ValidationError):

@@ -57,7 +57,7 @@ def expected(name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_official_client_lists_and_calls_every_tool(server: RunningServer, mode: str) -> None:
     async def scenario() -> None:
-        async with Client(server.url, mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(server.url, mode=mode) as client:
             listed = await client.list_tools()
             assert {t.name for t in listed.tools} == set(get_catalog().names)
             weather = next(t for t in listed.tools if t.name == "get_current_weather")
@@ -106,7 +106,7 @@ def test_fastmcp_client_lists_and_calls_every_tool(server: RunningServer) -> Non
             with pytest.raises(FastMcpToolError, match="must be a string"):
                 await client.call_tool("calculate_math", {"expression": 12})
             failed = await client.call_tool("read_note", {"title": "?"}, raise_on_error=False)
-            assert failed.is_error and "no note titled" in failed.content[0].text  # type: ignore[union-attr]
+            assert failed.is_error and "no note titled" in failed.content[0].text
 
     asyncio.run(scenario())
 

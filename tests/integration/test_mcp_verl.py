@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -19,8 +19,10 @@ from serving.mcp_server.examples import EXAMPLE_CALLS
 from serving.mcp_server.server import RunningServer, start
 from serving.tools import get_catalog
 from serving.tools.base import ToolContext
+from training.verl_bridge.client import close_pooled_clients
 from training.verl_bridge.tool_config import write_tool_config
 
+T = TypeVar("T")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 verl_registry = pytest.importorskip("verl.tools.tool_registry")
 
@@ -38,6 +40,18 @@ def tools(server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> di
     assert any("dropped" in line for line in report.changes)
     loaded = verl_registry.initialize_tools_from_config(str(path))
     return {tool.name: tool for tool in loaded}
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, then close the loop's pooled bridge clients (a verl worker keeps its loop)."""
+
+    async def wrapped() -> T:
+        try:
+            return await coro
+        finally:
+            await close_pooled_clients()
+
+    return asyncio.run(wrapped())
 
 
 async def run_call(
@@ -78,7 +92,7 @@ def test_every_tool_through_verl_objects_matches_ground_truth(tools: dict[str, A
             assert json.loads(response.text) == truth, name
             assert reward == 0.0 and metrics["tool_error"] is False
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_notes_are_scoped_to_the_trajectory(tools: dict[str, Any]) -> None:
@@ -89,7 +103,7 @@ def test_notes_are_scoped_to_the_trajectory(tools: dict[str, Any]) -> None:
         assert json.loads(same.text)["content"] == "v1"
         assert "no note titled 'k'" in other.text and metrics["tool_error"] is True
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_failing_call_becomes_text_the_model_sees(tools: dict[str, Any]) -> None:
@@ -101,7 +115,7 @@ def test_failing_call_becomes_text_the_model_sees(tools: dict[str, Any]) -> None
         assert "'amount' must be a number" in response.text
         assert metrics["tool_error"] is True and metrics["transport_error"] is False
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_unreachable_server_is_text_not_an_exception(tools: dict[str, Any]) -> None:
@@ -119,7 +133,7 @@ def test_unreachable_server_is_text_not_an_exception(tools: dict[str, Any]) -> N
         assert response.text.startswith("Error: the tool service could not run calculate_math")
         assert metrics["transport_error"] is True
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_mock_faults_reach_the_model_as_text(tmp_path: Path) -> None:
@@ -141,7 +155,7 @@ def test_mock_faults_reach_the_model_as_text(tmp_path: Path) -> None:
                 texts.append(response.text)
             return texts
 
-        texts = asyncio.run(scenario())
+        texts = run(scenario())
     assert all(text.startswith("Error") for text in texts)
     assert len(set(texts)) > 1  # successive calls of a trajectory draw different faults
 
@@ -158,4 +172,4 @@ def test_unknown_tool_on_the_server_is_a_model_facing_error(tools: dict[str, Any
         assert response.text.startswith("Error: Unknown tool 'retired_tool'; available tools:")
         assert metrics["tool_error"] is True and metrics["transport_error"] is False
 
-    asyncio.run(scenario())
+    run(scenario())

@@ -327,3 +327,10 @@ def pooled_client(
     if client is None:
         client = clients[(url, token)] = McpHttpClient(url, token, timeout_s, max_concurrency)
     return client
+
+
+async def close_pooled_clients() -> None:
+    """Close this event loop's pooled clients (at worker shutdown, or at the end of a test)."""
+    clients = _POOL.pop(asyncio.get_running_loop(), {})
+    for client in clients.values():
+        await client.close()
