@@ -100,6 +100,7 @@ def build_mcp_server(runner: CallRunner) -> Server[Any]:
     ) -> types.CallToolResult:
         if params.name not in runner.catalog:
             # The spec makes an unknown tool a protocol error; the message still teaches.
+            runner.metrics.record(params.name, 0.0, "unknown_tool")
             available = ", ".join(runner.catalog.names)
             raise MCPError(
                 types.INVALID_PARAMS,

@@ -131,9 +131,9 @@ class CallRunner:
         except ToolError as exc:
             return Outcome(str(exc), True, exc.kind)
         if self.config.mode == "mock" and self.faults.active:
-            fault = self.faults.decide(
-                tool.name, cleaned, session, seq if seq is not None else self._next_seq(session)
-            )
+            given = arguments if isinstance(arguments, dict) and arguments else cleaned
+            seq = seq if seq is not None else self._next_seq(session)
+            fault = self.faults.decide(tool.name, given, session, seq)
             if fault.delay_s > 0:
                 await asyncio.sleep(fault.delay_s)
             if fault.is_error:

@@ -85,7 +85,9 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-async def _serve(server: uvicorn.Server, sock: socket.socket, ready: Event, tune: bool) -> None:
+async def _serve(
+    server: uvicorn.Server, sock: socket.socket, ready: Event, tune: bool, parent: int
+) -> None:
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
@@ -93,6 +95,10 @@ async def _serve(server: uvicorn.Server, sock: socket.socket, ready: Event, tune
         if tune:
             tune_gc()
         ready.set()
+    while not task.done():
+        if os.getppid() != parent:  # the supervisor died without stopping us: drain and go
+            server.should_exit = True
+        await asyncio.wait({task}, timeout=1.0)
     await task
 
 
@@ -105,6 +111,10 @@ def _worker_main(
     notes_path: str | None,
     ready: Event,
 ) -> None:
+    # Own process group: a terminal's Ctrl-C reaches only the supervisor, which then sends
+    # exactly one SIGTERM (a second signal would make uvicorn drop in-flight calls).
+    os.setpgrp()
+    parent = os.getppid()
     for i, other in enumerate(sockets):
         if i != index:
             other.close()  # else a dead worker's socket would keep taking connections
@@ -135,9 +145,9 @@ def _worker_main(
     if loop == "uvloop":
         import uvloop
 
-        uvloop.run(_serve(server, sock, ready, config.tune_gc))
+        uvloop.run(_serve(server, sock, ready, config.tune_gc, parent))
     else:
-        asyncio.run(_serve(server, sock, ready, config.tune_gc))
+        asyncio.run(_serve(server, sock, ready, config.tune_gc, parent))
     logger.info("worker stopped", extra={"worker": index})
 
 
