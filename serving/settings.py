@@ -181,6 +181,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
         secret=True,
     ),
     EnvVar(
+        "MLFLOW_RUN_ID",
+        "MLflow run a training job logs into (verl's mlflow logger); one per DAG run.",
+        _c("ray"),
+        required=False,
+        default=None,
+        set_by="job",
+    ),
+    EnvVar(
         "TOOLRL_CHECKPOINT_S3_URI",
         "s3://bucket/prefix a training run mirrors its checkpoints to; unset keeps them local.",
         _c("ray"),
@@ -307,6 +315,7 @@ class ServiceSettings(BaseModel):
     judge_url: str | None = Field(alias="TOOLRL_JUDGE_URL")
     judge_model: str | None = Field(alias="TOOLRL_JUDGE_MODEL")
     judge_api_key: SecretStr | None = Field(alias="TOOLRL_JUDGE_API_KEY")
+    mlflow_run_id: str | None = Field(alias="MLFLOW_RUN_ID")
     checkpoint_s3_uri: str | None = Field(alias="TOOLRL_CHECKPOINT_S3_URI", pattern=r"^s3://")
     checkpoint_keep: int = Field(alias="TOOLRL_CHECKPOINT_KEEP", ge=1)
     model_name: str = Field(alias="TOOLRL_MODEL_NAME", min_length=1)
