@@ -29,6 +29,19 @@ data_app = typer.Typer(
 app.add_typer(data_app, name="data")
 
 
+def _register_stage_commands() -> None:
+    """Stage command groups live beside their stage's code; each module imports only typer
+    at load time, so `toolrl --help` stays instant."""
+    from serving.mcp_server.cli import register_cli as register_mcp
+    from training.jobs.cli import register_cli as register_train
+
+    register_mcp(app)
+    register_train(app)
+
+
+_register_stage_commands()
+
+
 @data_app.command("generate")
 def data_generate(
     out: Annotated[Path, typer.Option("--out", help="Output directory (created if missing).")],

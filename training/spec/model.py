@@ -153,8 +153,25 @@ class CpuSection(_Section):
     grpo_steps: int = Field(default=20, ge=1, description="GRPO optimizer steps.")
     grpo_lr: float = Field(default=5e-5, gt=0, description="GRPO learning rate.")
     prompts_per_step: int = Field(default=4, ge=1, description="Prompts per GRPO step.")
-    max_completion_length: int = Field(default=192, ge=16, description="Tokens per completion.")
+    max_completion_length: int = Field(
+        default=192, ge=16, description="Tokens per rollout after the prompt (all turns)."
+    )
     threads: int = Field(default=2, ge=1, description="torch threads.")
+    seed: int = Field(default=0, description="Seed of SFT sampling, GRPO sampling and init.")
+    sft_save_freq: int = Field(default=50, ge=1, description="SFT checkpoint every N steps.")
+    sft_max_length: int = Field(
+        default=4_096, ge=256, description="SFT rows longer than this are dropped, never cut."
+    )
+    eval_rows: int = Field(
+        default=64, ge=0, description="Held-out rows in the quick eval (0: skip it)."
+    )
+    eval_max_new_tokens: int = Field(default=96, ge=8, description="Tokens per eval turn.")
+    eval_batch_size: int = Field(default=16, ge=1, description="Eval rows generated together.")
+    mcp: Literal["embedded", "external"] = Field(
+        default="embedded",
+        description="embedded: start a mock-mode MCP server on a free loopback port for the "
+        "run; external: use tools.server_url (a server that is already running).",
+    )
 
 
 class TrainingSpec(_Section):

@@ -7,6 +7,7 @@ Only the new-style keys are emitted (`reward.custom_reward_function.*`,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,10 @@ CHECKPOINT_CALLBACK = "training.checkpoints.callback.CheckpointUploader"
 IGNORED_LEGACY_PREFIXES = ("custom_reward_function.", "reward_model.reward_manager")
 
 
+_BARE = re.compile(r"^[A-Za-z_/.][A-Za-z0-9_./-]*$")
+_LOOKS_TYPED = re.compile(r"^(true|false|null|none|inf|nan|[-+.0-9eE]+)$", re.IGNORECASE)
+
+
 def hydra_value(value: Any) -> str:
     """Render a Python value in Hydra's override grammar (quoted strings, {k: v}, [a, b])."""
     if value is None:
@@ -32,6 +37,8 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
+        if _BARE.match(value) and not _LOOKS_TYPED.match(value):
+            return value
         escaped = value.replace("\\", "\\\\").replace("'", "\\'")
         return f"'{escaped}'"
     if isinstance(value, Mapping):

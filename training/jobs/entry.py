@@ -1,0 +1,147 @@
+"""The Ray job driver: `python -m training.jobs.entry --spec S --run-key K --backend B`.
+
+Every attempt runs the same steps, so a resubmitted job continues instead of restarting:
+1. bring the newest *complete* checkpoint from S3 if the local run dir has nothing newer,
+   and point verl's tracker at the newest complete step (never a half-written one);
+2. train with `resume_mode=auto` (verl on GPU; the TRL CPU backend on CPU);
+3. check the run reached its planned final step (a resume saved exactly at an epoch
+   boundary can train 0 steps and exit 0), merge the final checkpoint to a Hugging Face
+   directory, and write `result.json` for the next stages. Exit code 3 when incomplete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from training.checkpoints.layout import latest_complete_step, repair_tracker, step_dir_name
+from training.checkpoints.s3 import CheckpointStore, make_client
+from training.jobs.result import TrainingResult
+from training.spec.model import TrainingSpec, load_spec
+
+logger = logging.getLogger("toolrl.jobs")
+EXIT_INCOMPLETE = 3
+
+
+def restore_checkpoint(spec: TrainingSpec, run_dir: Path) -> int | None:
+    local = latest_complete_step(run_dir)
+    if spec.checkpoint.s3_uri:
+        store = CheckpointStore(
+            make_client(os.environ.get("MLFLOW_S3_ENDPOINT_URL")), spec.checkpoint.s3_uri
+        )
+        remote = store.complete_steps()
+        if remote and (local is None or remote[-1] > local):
+            logger.info("restoring step %d from %s", remote[-1], spec.checkpoint.s3_uri)
+            store.download_latest(run_dir)
+    step = repair_tracker(run_dir)
+    logger.info("resuming from step %s", step if step is not None else "0 (fresh start)")
+    return step
+
+
+def planned_steps(spec: TrainingSpec, train_rows: int) -> int:
+    """verl's step count: epochs x batches per epoch (its dataloader drops the last partial
+    batch), unless total_training_steps caps it."""
+    if spec.schedule.total_training_steps is not None:
+        return spec.schedule.total_training_steps
+    return spec.schedule.total_epochs * max(1, math.floor(train_rows / spec.data.train_batch_size))
+
+
+def _count_rows(files: list[str]) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def run_verl(spec: TrainingSpec, workdir: Path) -> None:
+    from training.spec.plan import plan
+
+    validated = plan(spec, workdir)
+    env = dict(os.environ)
+    if spec.checkpoint.s3_uri:
+        env["TOOLRL_CHECKPOINT_S3_URI"] = spec.checkpoint.s3_uri
+        env["TOOLRL_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", *validated.overrides]
+    subprocess.run(command, env=env, check=True)
+
+
+def merge_checkpoint(run_dir: Path, step: int, target: Path) -> Path:
+    """verl's merger: FSDP shards of the final actor -> one Hugging Face directory."""
+    actor = run_dir / step_dir_name(step) / "actor"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(actor),
+            "--target_dir",
+            str(target),
+        ],
+        check=True,
+    )
+    return target
+
+
+def run(spec: TrainingSpec, workdir: Path, backend: str) -> TrainingResult:
+    run_dir = Path(spec.checkpoint.run_dir)
+    if not run_dir.is_absolute():
+        run_dir = workdir / run_dir
+        spec = spec.model_copy(
+            update={"checkpoint": spec.checkpoint.model_copy(update={"run_dir": str(run_dir)})}
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    restore_checkpoint(spec, run_dir)
+    if backend == "cpu":
+        from training.cpu_backend.run import run_local
+
+        outcome: dict[str, Any] = run_local(spec, workdir)
+        result = TrainingResult.model_validate(outcome)
+    else:
+        run_verl(spec, workdir)
+        final = latest_complete_step(run_dir) or 0
+        planned = planned_steps(spec, _count_rows(spec.data.train_files))
+        merged = merge_checkpoint(run_dir, final, workdir / "merged") if final else None
+        result = TrainingResult(
+            status="succeeded" if final >= planned else "incomplete",
+            final_step=final,
+            planned_step=planned,
+            spec_hash=spec.spec_hash(),
+            dataset_version=spec.data.dataset_version,
+            checkpoint_dir=str(run_dir),
+            merged_model_dir=str(merged) if merged else None,
+        )
+    if result.status == "succeeded" and not result.reached_planned_step:
+        result = result.model_copy(
+            update={
+                "status": "incomplete",
+                "message": f"trained to step {result.final_step} of planned {result.planned_step}",
+            }
+        )
+    result.write(workdir)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, required=True)
+    parser.add_argument("--run-key", required=True)
+    parser.add_argument("--backend", choices=["verl", "cpu"], default="verl")
+    parser.add_argument("--workdir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    result = run(load_spec(args.spec), args.workdir, args.backend)
+    logger.info("training %s: step %d of %d", result.status, result.final_step, result.planned_step)
+    return 0 if result.status == "succeeded" else EXIT_INCOMPLETE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

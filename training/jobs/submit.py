@@ -1,0 +1,170 @@
+"""Submit training to a Ray cluster through the Ray Jobs API.
+
+Ray Jobs do not retry and the submitter may be retried (an Airflow task, a user pressing
+enter twice). So the submission id is a pure function of (spec name, run key, attempt): a
+retried submit finds the job it already started instead of starting a second one. A new
+attempt (after a failure) is an explicit, different attempt number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ACTIVE = ("PENDING", "RUNNING")
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+#: Never shipped to the cluster with the code.
+EXCLUDES = [
+    ".venv",
+    ".git",
+    "runs",
+    "data_out",
+    "**/__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".hypothesis",
+    "benchmarks/results",
+]
+#: Environment forwarded to the job by name (values are read from the submitter's env).
+FORWARDED_ENV = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_RUN_ID",
+    "MLFLOW_S3_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "TOOLRL_S3_BUCKET",
+    "TOOLRL_MCP_URL",
+    "TOOLRL_MCP_TOKEN",
+    "TOOLRL_JUDGE_URL",
+    "TOOLRL_JUDGE_MODEL",
+    "TOOLRL_JUDGE_API_KEY",
+)
+
+
+class RayUnavailableError(RuntimeError):
+    """The Ray Jobs API cannot be reached. Retryable: the cluster may be restarting."""
+
+
+class SubmissionConflictError(RuntimeError):
+    """The deterministic submission id already ran to a failure: use the next attempt."""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    submission_id: str
+    entrypoint: str
+    runtime_env: dict[str, Any]
+    metadata: dict[str, str] = field(default_factory=dict)
+    entrypoint_num_cpus: float = 1.0
+
+    def describe(self) -> str:
+        """What is submitted, with env vars by name only (never their values)."""
+        names = sorted(self.runtime_env.get("env_vars", {}))
+        return (
+            f"submission {self.submission_id}\n  entrypoint: {self.entrypoint}\n"
+            f"  env (names only): {', '.join(names) or 'none'}"
+        )
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    submission_id: str
+    status: str
+    created: bool
+
+
+def submission_id(spec_name: str, run_key: str, attempt: int = 1) -> str:
+    """`toolrl-<name>-<hash of run key>-a<attempt>`: stable across retries of one attempt."""
+    if attempt < 1:
+        raise ValueError("attempt must be >= 1")
+    safe = re.sub(r"[^a-z0-9-]", "-", spec_name.lower())[:40].strip("-") or "run"
+    digest = hashlib.sha256(run_key.encode()).hexdigest()[:12]
+    return f"toolrl-{safe}-{digest}-a{attempt}"
+
+
+def runtime_env(
+    env: Mapping[str, str], extra_env: Mapping[str, str] | None = None, ship_code: bool = True
+) -> dict[str, Any]:
+    env_vars = {name: env[name] for name in FORWARDED_ENV if env.get(name)}
+    env_vars.update(extra_env or {})
+    result: dict[str, Any] = {"env_vars": env_vars}
+    if ship_code:
+        result["working_dir"] = str(REPO_ROOT)
+        result["excludes"] = EXCLUDES
+    return result
+
+
+def connect(address: str) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except (ConnectionError, RuntimeError, OSError, ValueError) as exc:
+        raise RayUnavailableError(
+            f"cannot reach the Ray Jobs API at {address}: {str(exc).splitlines()[0][:200]}. "
+            "Is the Ray head running (ray start --head) with ray[default] installed?"
+        ) from exc
+
+
+def get_status(client: Any, job_id: str) -> str | None:
+    """The job's status, or None when no job has that id."""
+    try:
+        return str(client.get_job_status(job_id).value)
+    except RuntimeError as exc:
+        if "does not exist" in str(exc) or "404" in str(exc):
+            return None
+        raise
+
+
+def submit(client: Any, request: JobRequest) -> SubmitResult:
+    """Submit once: an active or finished job with the same id is returned, not duplicated."""
+    status = get_status(client, request.submission_id)
+    if status in ACTIVE or status == "SUCCEEDED":
+        return SubmitResult(request.submission_id, str(status), created=False)
+    if status in ("FAILED", "STOPPED"):
+        raise SubmissionConflictError(
+            f"job {request.submission_id} already ended {status}; resubmit with the next "
+            "attempt number (training resumes from the last complete checkpoint)"
+        )
+    try:
+        client.submit_job(
+            entrypoint=request.entrypoint,
+            submission_id=request.submission_id,
+            runtime_env=request.runtime_env,
+            metadata=request.metadata,
+            entrypoint_num_cpus=request.entrypoint_num_cpus,
+        )
+    except RuntimeError as exc:
+        if "already exists" not in str(exc):
+            raise
+    return SubmitResult(
+        request.submission_id, str(get_status(client, request.submission_id)), created=True
+    )
+
+
+def entrypoint(spec_path: str, run_key: str, backend: str, workdir: str) -> str:
+    import shlex
+
+    return " ".join(
+        shlex.quote(part)
+        for part in (
+            "python",
+            "-m",
+            "training.jobs.entry",
+            "--spec",
+            spec_path,
+            "--run-key",
+            run_key,
+            "--backend",
+            backend,
+            "--workdir",
+            workdir,
+        )
+    )
