@@ -119,3 +119,30 @@ def test_deeply_nested_json_does_not_recurse_out() -> None:
     timed(render_xml("f", {"p": "x"}).replace("x", deep), 5.0)
     nested = "{" + '"a":{' * 50_000 + "}" * 50_001
     timed(f"<tool_call>{nested}</tool_call>", 5.0)
+
+
+def same_parse(text: str) -> None:
+    for fmt in ("hermes", "qwen3_coder", "auto"):
+        fast = parse_tool_calls(text, fmt)
+        slow = parse_tool_calls(text, fmt, fast_path=False)
+        assert repr(fast) == repr(slow), (fmt, text)
+
+
+@SETTINGS
+@given(tagged_text)
+def test_fast_path_equals_full_scanner_on_tag_soup(text: str) -> None:
+    same_parse(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=10_000), st.data())
+def test_fast_path_equals_full_scanner_on_real_and_mutated_turns(
+    seed: int, data: st.DataObject
+) -> None:
+    for sample in make_samples(3, seed=seed, malformed_share=0.5):
+        for turn in split_transcript(sample.transcript).turns:
+            same_parse(turn)
+            cut = data.draw(st.integers(min_value=0, max_value=len(turn)))
+            insert = data.draw(st.sampled_from(FRAGMENTS))
+            same_parse(turn[:cut] + insert + turn[cut:])
+            same_parse(turn[:cut])

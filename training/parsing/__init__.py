@@ -2,14 +2,10 @@
 format errors, for the `hermes` and `qwen3_coder` formats, and the multi-turn transcript
 split that keeps tool output apart from what the model wrote."""
 
+from training.parsing.calls import CallFormat, ParsedCall, ParseResult
 from training.parsing.errors import SYNTAX_KINDS, FormatError, FormatErrorKind
 from training.parsing.registry import ToolRegistry, catalog_registry
-from training.parsing.tool_calls import (
-    CallFormat,
-    ParsedCall,
-    ParseResult,
-    parse_tool_calls,
-)
+from training.parsing.tool_calls import parse_tool_calls
 from training.parsing.transcript import Transcript, split_transcript, visible_text
 
 __all__ = [

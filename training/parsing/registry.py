@@ -32,6 +32,9 @@ class ToolRegistry:
 
     schemas: Mapping[str, Mapping[str, Any]]
     validators: Mapping[str, Validator] = field(default_factory=dict)
+    parse_cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Well-formed call text -> its checked parse (see `fast_path`); bounded, per registry
+    because conversion and validation depend on the schemas."""
 
     def __contains__(self, name: object) -> bool:
         return name in self.schemas

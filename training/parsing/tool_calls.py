@@ -13,88 +13,31 @@ well-formed output returns the same calls as verl's `hermes` / `qwen3_coder` par
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass, field
-from typing import Any, Literal
 
+from training.parsing.calls import (
+    CLOSE,
+    FUNC_CLOSE,
+    FUNC_OPEN,
+    OPEN,
+    PARAM_CLOSE,
+    PARAM_OPEN,
+    CallFormat,
+    ParsedCall,
+    ParseResult,
+    Scan,
+    check_call,
+)
 from training.parsing.errors import FormatError, FormatErrorKind
+from training.parsing.fast_path import parse_well_formed
 from training.parsing.registry import ToolRegistry, catalog_registry
 from training.parsing.values import convert_value
 
-CallFormat = Literal["hermes", "qwen3_coder", "auto"]
-CallSyntax = Literal["hermes", "qwen3_coder"]
+__all__ = ["CallFormat", "ParseResult", "ParsedCall", "parse_tool_calls"]
 
-OPEN, CLOSE = "<tool_call", "</tool_call"
-FUNC_OPEN, FUNC_CLOSE = "<function", "</function"
-PARAM_OPEN, PARAM_CLOSE = "<parameter", "</parameter"
 #: Longest tag header (`<function=NAME attrs>`) looked at; longer is garbage, and the bound
 #: keeps every search linear in the output length.
 MAX_HEADER = 256
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,127}")
 _K = FormatErrorKind
-
-
-@dataclass(slots=True)
-class ParsedCall:
-    """One call attempt. `arguments` are what the tool would receive (XML values converted
-    by the schema); `cleaned` holds the validated, default-filled arguments when valid."""
-
-    index: int
-    name: str
-    arguments: dict[str, Any]
-    start: int
-    end: int
-    syntax: CallSyntax | None
-    errors: list[FormatError] = field(default_factory=list)
-    cleaned: dict[str, Any] | None = None
-
-    @property
-    def valid(self) -> bool:
-        return not self.errors
-
-
-@dataclass(slots=True)
-class ParseResult:
-    """Calls in order of appearance, and every error (call-level and turn-level)."""
-
-    calls: list[ParsedCall]
-    errors: list[FormatError]
-
-    @property
-    def valid_calls(self) -> list[ParsedCall]:
-        return [call for call in self.calls if not call.errors]
-
-    @property
-    def malformed_count(self) -> int:
-        return sum(1 for call in self.calls if call.errors)
-
-
-class _Scan:
-    """Mutable state of one parse: the output lists and the call being built."""
-
-    __slots__ = ("call_format", "calls", "errors", "registry", "text")
-
-    def __init__(self, text: str, call_format: CallFormat, registry: ToolRegistry) -> None:
-        self.text = text
-        self.call_format = call_format
-        self.registry = registry
-        self.calls: list[ParsedCall] = []
-        self.errors: list[FormatError] = []
-
-    def new_call(self, start: int, end: int, syntax: CallSyntax | None) -> ParsedCall:
-        call = ParsedCall(
-            len(self.calls), name="", arguments={}, start=start, end=end, syntax=syntax
-        )
-        self.calls.append(call)
-        return call
-
-    def fail(self, call: ParsedCall, kind: FormatErrorKind, detail: str) -> None:
-        error = FormatError(kind, detail, call.index)
-        call.errors.append(error)
-        self.errors.append(error)
-
-    def turn_error(self, kind: FormatErrorKind, detail: str, call_index: int | None) -> None:
-        self.errors.append(FormatError(kind, detail, call_index))
 
 
 class _Next:
@@ -139,7 +82,7 @@ def _split_header(raw: str) -> tuple[str, bool]:
     return raw, False
 
 
-def _parse_params(scan: _Scan, call: ParsedCall, body: str) -> None:
+def _parse_params(scan: Scan, call: ParsedCall, body: str) -> None:
     properties = scan.registry.properties(call.name)
     pos, size = 0, len(body)
     closes = _Next(body, PARAM_CLOSE, size)
@@ -186,7 +129,7 @@ def _parse_params(scan: _Scan, call: ParsedCall, body: str) -> None:
         call.arguments[pname] = convert_value(value, pname, properties)
 
 
-def _parse_xml(scan: _Scan, body: str, offset: int, end: int, wrapped: bool) -> None:
+def _parse_xml(scan: Scan, body: str, offset: int, end: int, wrapped: bool) -> None:
     """Parse every `<function=...>` block in `body` (the inside of one `<tool_call>`)."""
     pos, size, count = 0, len(body), 0
     closes = _Next(body, FUNC_CLOSE, size)
@@ -237,7 +180,7 @@ def _parse_xml(scan: _Scan, body: str, offset: int, end: int, wrapped: bool) -> 
         _parse_params(scan, call, body[gt + 1 : body_end])
 
 
-def _parse_hermes(scan: _Scan, body: str, start: int, end: int) -> None:
+def _parse_hermes(scan: Scan, body: str, start: int, end: int) -> None:
     call = scan.new_call(start, end, "hermes")
     try:
         obj = json.loads(body)
@@ -258,7 +201,7 @@ def _parse_hermes(scan: _Scan, body: str, start: int, end: int) -> None:
     call.arguments = arguments
 
 
-def _parse_body(scan: _Scan, body: str, start: int, end: int) -> None:
+def _parse_body(scan: Scan, body: str, start: int, end: int) -> None:
     stripped = body.strip()
     is_json = stripped.startswith("{")
     is_xml = not is_json and FUNC_OPEN in stripped
@@ -278,7 +221,7 @@ def _parse_body(scan: _Scan, body: str, start: int, end: int) -> None:
             scan.fail(call, _K.WRONG_FORMAT, f"{syntax} call where {expected} is expected")
 
 
-def _scan_outside(scan: _Scan, lo: int, hi: int) -> None:
+def _scan_outside(scan: Scan, lo: int, hi: int) -> None:
     """Between tool-call blocks: stray closing tags and bare `<function=` blocks."""
     text = scan.text
     close = text.find(CLOSE, lo, hi)
@@ -293,7 +236,7 @@ def _scan_outside(scan: _Scan, lo: int, hi: int) -> None:
             scan.fail(call, _K.BARE_CALL, "<function=...> outside <tool_call>")
 
 
-def _find_blocks(scan: _Scan) -> None:
+def _find_blocks(scan: Scan) -> None:
     text, size, pos = scan.text, len(scan.text), 0
     closes = _Next(text, CLOSE, size)
     while True:
@@ -324,27 +267,12 @@ def _find_blocks(scan: _Scan) -> None:
                 scan.fail(call, _K.UNCLOSED_TAG, "<tool_call> not closed")
 
 
-def _check_names_and_arguments(scan: _Scan) -> None:
-    registry = scan.registry
+def _check_names_and_arguments(scan: Scan) -> None:
     for call in scan.calls:
-        if call.name not in registry:
-            if call.name and _IDENTIFIER.fullmatch(call.name):
-                scan_kind, detail = _K.UNKNOWN_FUNCTION, f"unknown function {call.name!r}"
-            else:
-                scan_kind, detail = _K.GARBAGE_IN_NAME, f"not a function name: {call.name[:60]!r}"
-            if not (scan_kind is _K.GARBAGE_IN_NAME and not call.name and call.errors):
-                scan.fail(call, scan_kind, detail)
-            continue
-        if call.errors:
-            continue
-        cleaned, problems = registry.validate(call.name, call.arguments)
-        if problems:
-            scan.fail(call, _K.SCHEMA_VIOLATION, "; ".join(problems)[:300])
-        else:
-            call.cleaned = cleaned
+        check_call(scan, call)
 
 
-def _check_turn_shape(scan: _Scan) -> None:
+def _check_turn_shape(scan: Scan) -> None:
     """Reasoning may come before the calls; answer prose between or after calls may not."""
     text, calls = scan.text, scan.calls
     for index in range(1, len(calls)):
@@ -357,16 +285,25 @@ def _check_turn_shape(scan: _Scan) -> None:
 
 
 def parse_tool_calls(
-    text: str, call_format: CallFormat = "auto", registry: ToolRegistry | None = None
+    text: str,
+    call_format: CallFormat = "auto",
+    registry: ToolRegistry | None = None,
+    fast_path: bool = True,
 ) -> ParseResult:
-    """Every call attempt in one assistant turn, with structured format errors. Never raises."""
+    """Every call attempt in one assistant turn, with structured format errors. Never raises.
+
+    `fast_path=False` skips the regex fast path for well-formed turns; results are identical
+    either way (a property test holds them equal), it only exists for that test."""
     if not isinstance(text, str):
         return ParseResult([], [FormatError(_K.BAD_STRUCTURE, "output is not a string")])
     if OPEN not in text and CLOSE not in text and FUNC_OPEN not in text:
         return ParseResult([], [])
-    scan = _Scan(text, call_format, registry or catalog_registry())
-    _find_blocks(scan)
-    _check_names_and_arguments(scan)
+    registry = registry or catalog_registry()
+    scan = parse_well_formed(text, call_format, registry) if fast_path else None
+    if scan is None:  # anything unusual: the full scanner, which names every problem
+        scan = Scan(text, call_format, registry)
+        _find_blocks(scan)
+        _check_names_and_arguments(scan)
     if scan.calls:
         _check_turn_shape(scan)
     return ParseResult(scan.calls, scan.errors)

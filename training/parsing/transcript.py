@@ -19,13 +19,13 @@ turn that made a call. Anything else is the model writing a response itself, rep
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from training.parsing.errors import FormatError, FormatErrorKind
 
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-_ROLE_WORDS = ("user", "tool")
 _NEXT_ROLE = "assistant"
 _CALL_MARKS = ("<tool_call", "<function=")
 
@@ -41,21 +41,23 @@ class Transcript:
     truncated_tool_response: bool = False
 
 
+_ROLE_TAIL = re.compile(r"(?:^|(?<=[\s>]))(?:user|tool)\s*\Z")
+_SPACE = re.compile(r"\s*")
+_ROLE_WINDOW = 48
+
+
 def _role_start(text: str, lo: int, block: int) -> int:
     """Start of the role word directly before an injected block, or -1 when none is there
     (so the loop cannot have injected it). Looks back a few characters only."""
-    end = block
-    while end > lo and text[end - 1].isspace():
-        end -= 1
-    for role in _ROLE_WORDS:
-        start = end - len(role)
-        if (
-            start >= lo
-            and text.startswith(role, start)
-            and (start == lo or text[start - 1].isspace() or text[start - 1] == ">")
-        ):
-            return start
-    return -1
+    start = max(lo, block - _ROLE_WINDOW)
+    match = _ROLE_TAIL.search(text[start:block])
+    if match is None:
+        return -1
+    if match.start() == 0 and start > lo:
+        before = text[start - 1]
+        if not (before.isspace() or before == ">"):
+            return -1
+    return start + match.start()
 
 
 class _CallMarks:
@@ -79,10 +81,8 @@ class _CallMarks:
 
 
 def _skip_space(text: str, pos: int) -> int:
-    size = len(text)
-    while pos < size and text[pos].isspace():
-        pos += 1
-    return pos
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos
 
 
 def split_transcript(text: str) -> Transcript:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 Canon = tuple[Any, ...]
@@ -28,6 +27,12 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 def canonical(value: Any) -> Canon:
     """A hashable form of a JSON value under the matching rules above."""
+    kind = type(value)  # exact-type checks first: this runs for every argument of every call
+    if kind is str:
+        return ("s", "".join(value.casefold().split()))
+    if kind is float or kind is int:
+        number = float(value)
+        return ("n", round(number, 6) if math.isfinite(number) else str(number))
     if value is None:
         return ("z",)
     if isinstance(value, bool):
@@ -62,13 +67,28 @@ def call_key(
 
 
 def match_calls(actual: Iterable[CallKey], expected: Iterable[CallKey]) -> tuple[int, int]:
-    """(full matches by name and arguments, further matches by name only); order-free."""
-    have, want = Counter(actual), Counter(expected)
-    full = have & want
-    full_count = sum(full.values())
-    have_names = Counter(name for name, _ in (have - full).elements())
-    want_names = Counter(name for name, _ in (want - full).elements())
-    return full_count, sum((have_names & want_names).values())
+    """(full matches by name and arguments, further matches by name only); order-free.
+
+    Greedy removal is an exact multiset intersection (keys are compared for equality only),
+    and it is cheaper than Counters for the handful of calls a turn has; the work is
+    len(actual) x len(expected), and `expected` is small."""
+    actual, remaining = list(actual), list(expected)
+    if actual == remaining:  # the common case, and the cheap one
+        return len(actual), 0
+    full, leftovers = 0, []
+    for key in actual:
+        if key in remaining:
+            remaining.remove(key)
+            full += 1
+        else:
+            leftovers.append(key)
+    names = [name for name, _ in remaining]
+    name_only = 0
+    for name, _ in leftovers:
+        if name in names:
+            names.remove(name)
+            name_only += 1
+    return full, name_only
 
 
 def _normalise_text(text: str) -> str:
@@ -126,6 +146,37 @@ def answer_matches(
         number_matches(written, places, value, rel_tol, rounding_rel_tol)
         for written, places in answer_numbers
     )
+
+
+PreparedAnswer = tuple[str, float | None]
+
+
+def prepare_answer(truth: str) -> PreparedAnswer:
+    """A ground-truth answer in matching form (normalised text, number or None); done once
+    per ground truth and cached with it."""
+    return _normalise_text(truth), _parse_number(truth)
+
+
+def count_answer_hits(
+    answer: str, truths: Sequence[PreparedAnswer], rel_tol: float, rounding_rel_tol: float
+) -> int:
+    """How many prepared truths `answer` contains (the rules of `answer_matches`)."""
+    normalised: str | None = None
+    numbers: list[tuple[float, int]] | None = None
+    hits = 0
+    for text, value in truths:
+        if value is None:
+            if normalised is None:
+                normalised = _normalise_text(answer)
+            hits += text in normalised
+            continue
+        if numbers is None:
+            numbers = numbers_in(answer)
+        hits += any(
+            number_matches(written, places, value, rel_tol, rounding_rel_tol)
+            for written, places in numbers
+        )
+    return hits
 
 
 def repetition_rate(text: str, n: int, min_ngrams: int) -> float:

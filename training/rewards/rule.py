@@ -42,10 +42,11 @@ from training.parsing import (
 from training.rewards.config import RewardConfig, RuleWeights
 from training.rewards.matching import (
     CallKey,
-    answer_matches,
+    PreparedAnswer,
     call_key,
+    count_answer_hits,
     match_calls,
-    numbers_in,
+    prepare_answer,
     repetition_rate,
 )
 
@@ -63,6 +64,7 @@ class _Truth:
     expected: tuple[CallKey, ...] = ()
     free: Mapping[str, frozenset[str]] = field(default_factory=dict)
     missing_words: tuple[str, ...] = ()
+    answers: tuple[PreparedAnswer, ...] = ()
     error: str = ""
 
 
@@ -130,7 +132,13 @@ def _build_truth(truth: GroundTruth, registry: ToolRegistry) -> _Truth:
     words = tuple(
         word for word in missing.casefold().replace("-", "_").split("_") if len(word) >= 3
     )
-    return _Truth(truth, expected, free, words or ((missing.casefold(),) if missing else ()))
+    return _Truth(
+        truth,
+        expected,
+        free,
+        words or ((missing.casefold(),) if missing else ()),
+        tuple(prepare_answer(answer) for answer in truth.answers),
+    )
 
 
 @lru_cache(maxsize=16_384)
@@ -162,22 +170,37 @@ def _looks_like_error(response: str) -> bool:
 
 def _count_retries(turn_calls: list[list[ParsedCall]], responses: list[list[str]]) -> int:
     """Valid calls repeating a call whose turn got an error response: retries, not extras."""
+    failed_turns = [
+        index
+        for index, turn in enumerate(responses)
+        if any(_looks_like_error(response) for response in turn)
+    ]
+    if not failed_turns:
+        return 0
     failed: set[CallKey] = set()
     retries = 0
     for index, calls in enumerate(turn_calls):
-        keys = [call_key(c.name, c.cleaned) for c in calls if c.cleaned is not None]
+        keys = [_key(c, c.cleaned) for c in calls if c.cleaned is not None]
         retries += sum(1 for key in keys if key in failed)
-        if index < len(responses) and any(_looks_like_error(r) for r in responses[index]):
+        if index in failed_turns:
             failed.update(keys)
     return retries
+
+
+def _key(call: ParsedCall, cleaned: dict[str, Any]) -> CallKey:
+    """The call's matching key, memoised on the call's shared memo (parse cache hits)."""
+    key: CallKey | None = call.shared.get("key")
+    if key is None:
+        key = call.shared["key"] = call_key(call.name, cleaned)
+    return key
 
 
 def _alignment(
     calls: list[ParsedCall], retries: int, truth: _Truth, weights: RuleWeights
 ) -> tuple[float, int]:
-    empty: frozenset[str] = frozenset()
+    free = truth.free
     valid = [
-        call_key(c.name, c.cleaned, truth.free.get(c.name, empty))
+        call_key(c.name, c.cleaned, free[c.name]) if free and c.name in free else _key(c, c.cleaned)
         for c in calls
         if c.cleaned is not None
     ]
@@ -206,15 +229,11 @@ def _ground_truth_credit(
                 return weights.ground_truth_max
             asks = any(mark in answer for mark in _QUESTION_MARKS)
             return weights.ground_truth_max * weights.clarification_question_share * asks
-    if gt.answers:
-        numbers = numbers_in(answer)
-        hits = sum(
-            answer_matches(
-                answer, item, numbers, weights.numeric_rel_tol, weights.numeric_rounding_rel_tol
-            )
-            for item in gt.answers
+    if truth.answers:
+        hits = count_answer_hits(
+            answer, truth.answers, weights.numeric_rel_tol, weights.numeric_rounding_rel_tol
         )
-        return weights.ground_truth_max * hits / len(gt.answers)
+        return weights.ground_truth_max * hits / len(truth.answers)
     if gt.category in _NO_CALL_CATEGORIES:
         return weights.ground_truth_max
     return weights.ground_truth_max * full / len(truth.expected) if truth.expected else 0.0
@@ -253,11 +272,17 @@ def score_rollout(
 
     transcript = split_transcript(solution_str)
     parsed = [parse_tool_calls(turn, config.call_format, registry) for turn in transcript.turns]
-    errors = [*transcript.errors, *(e for p in parsed for e in p.errors)]
-    calls = [call for p in parsed for call in p.calls]
+    errors = list(transcript.errors)
+    calls: list[ParsedCall] = []
+    for p in parsed:
+        if p.errors:
+            errors.extend(p.errors)
+        if p.calls:
+            calls.extend(p.calls)
+    syntax_errors = 0
     for error in errors:
         result.error_kinds[error.kind.value] = result.error_kinds.get(error.kind.value, 0) + 1
-    syntax_errors = sum(1 for e in errors if e.kind in SYNTAX_KINDS)
+        syntax_errors += error.kind in SYNTAX_KINDS
 
     last_turn = transcript.turns[-1] if transcript.turns else ""
     answer = ""

@@ -111,7 +111,7 @@ _MALFORMED = [
 def make_samples(count: int, seed: int = 0, malformed_share: float = 0.3) -> list[Sample]:
     """`count` multi-turn rollouts (1-3 tool turns, parallel calls, reasoning, answers) with
     their ground truth; about `malformed_share` of them carry a malformed call."""
-    rng = random.Random(seed)  # noqa: S311 - reproducible test data, not security
+    rng = random.Random(seed)
     names = sorted(VALID_ARGUMENTS)
     samples: list[Sample] = []
     for _ in range(count):

@@ -1,0 +1,150 @@
+"""Regex fast path for the common case: a turn whose calls are all well-formed.
+
+Rewards run on every rollout of every step, and almost all calls of a trained policy are
+clean, so they are read with compiled regexes (C speed) instead of the full scanner. The
+fast path only accepts a turn when its matches account for EVERY tag in it (counts of opening
+and closing tags agree with what was matched, parameters cover the whole function body);
+otherwise it returns None and the full scanner, which names each problem, takes over.
+Name and schema checks are shared with the full scanner (`check_call`).
+
+Checked calls are cached by their exact text, per registry: within a GRPO group the same
+call (same tool, same arguments, same spelling) recurs across rollouts and steps, and a hit
+skips JSON decoding, value conversion and validation. The cache is bounded (cleared when full).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from training.parsing.calls import (
+    CLOSE,
+    FUNC_CLOSE,
+    FUNC_OPEN,
+    OPEN,
+    PARAM_CLOSE,
+    PARAM_OPEN,
+    CallFormat,
+    CallSyntax,
+    ParsedCall,
+    Scan,
+    check_call,
+)
+from training.parsing.errors import FormatErrorKind
+from training.parsing.registry import ToolRegistry
+from training.parsing.values import convert_value
+
+MAX_CACHED_CALLS = 65_536
+ErrorSpecs = tuple[tuple[FormatErrorKind, str], ...]
+#: name, arguments, cleaned arguments, errors, shared memo
+CachedCall = tuple[str, dict[str, Any], dict[str, Any] | None, ErrorSpecs, dict[str, Any]]
+Fresh = list[tuple[str, ParsedCall]]
+
+_HERMES = re.compile(r"<tool_call>(\s*\{.*?\}\s*)</tool_call>", re.DOTALL)
+_XML = re.compile(
+    r"<tool_call>\s*<function=([^\s<>=\"']+)>(.*?)</function>\s*</tool_call>", re.DOTALL
+)
+_PARAM = re.compile(r"\s*<parameter=([^\s<>=\"']+)>(.*?)</parameter>", re.DOTALL)
+
+
+def _from_cache(scan: Scan, block: str, start: int, end: int, syntax: CallSyntax) -> bool:
+    entry: CachedCall | None = scan.registry.parse_cache.get(block)
+    if entry is None:
+        return False
+    call = scan.new_call(start, end, syntax)
+    call.name, call.arguments, call.cleaned, errors, call.shared = entry
+    for kind, detail in errors:
+        scan.fail(call, kind, detail)
+    return True
+
+
+def _finish(scan: Scan, call: ParsedCall, block: str, fresh: Fresh) -> None:
+    check_call(scan, call)
+    fresh.append((block, call))
+
+
+def _remember(registry: ToolRegistry, fresh: Fresh) -> None:
+    """Cache the calls of a turn the fast path fully accepted (never of a rejected one)."""
+    cache = registry.parse_cache
+    if len(cache) + len(fresh) > MAX_CACHED_CALLS:
+        cache.clear()
+    for block, call in fresh:
+        errors = tuple((error.kind, error.detail) for error in call.errors)
+        cache[block] = (call.name, call.arguments, call.cleaned, errors, call.shared)
+
+
+def _hermes(scan: Scan, fresh: Fresh) -> bool:
+    text = scan.text
+    matches = list(_HERMES.finditer(text))
+    if len(matches) != text.count(OPEN) or len(matches) != text.count(CLOSE):
+        return False
+    for match in matches:
+        block = match.group(0)
+        if _from_cache(scan, block, match.start(), match.end(), "hermes"):
+            continue
+        try:
+            obj = json.loads(match.group(1))
+        except (ValueError, RecursionError):
+            return False
+        if not isinstance(obj, dict):
+            return False
+        name, arguments = obj.get("name"), obj.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict) or len(name) > 200:
+            return False
+        call = scan.new_call(match.start(), match.end(), "hermes")
+        call.name, call.arguments = name, arguments
+        _finish(scan, call, block, fresh)
+    return True
+
+
+def _xml(scan: Scan, fresh: Fresh) -> bool:
+    text = scan.text
+    matches = list(_XML.finditer(text))
+    count = len(matches)
+    if not (count == text.count(OPEN) == text.count(CLOSE)):
+        return False
+    if not (count == text.count(FUNC_OPEN) == text.count(FUNC_CLOSE)):
+        return False
+    params = 0
+    for match in matches:
+        block = match.group(0)
+        if _from_cache(scan, block, match.start(), match.end(), "qwen3_coder"):
+            params += block.count(PARAM_OPEN)  # equal to its parameters: it was accepted
+            continue
+        call = scan.new_call(match.start(), match.end(), "qwen3_coder")
+        call.name = match.group(1)
+        properties = scan.registry.properties(call.name)
+        body, pos = match.group(2), 0
+        while True:
+            param = _PARAM.match(body, pos)
+            if param is None:
+                break
+            key, value = param.group(1), param.group(2)
+            if key in call.arguments:
+                return False
+            if value.startswith("\n"):
+                value = value[1:]
+            if value.endswith("\n"):
+                value = value[:-1]
+            call.arguments[key] = convert_value(value, key, properties)
+            params += 1
+            pos = param.end()
+        if body[pos:].strip():
+            return False
+        _finish(scan, call, block, fresh)
+    return params == text.count(PARAM_OPEN) == text.count(PARAM_CLOSE)
+
+
+def parse_well_formed(text: str, call_format: CallFormat, registry: ToolRegistry) -> Scan | None:
+    """The calls of a turn whose every tag is well-formed, or None to use the full scanner."""
+    scan = Scan(text, call_format, registry)
+    fresh: Fresh = []
+    if FUNC_OPEN in text or PARAM_OPEN in text:
+        ok = call_format != "hermes" and _xml(scan, fresh)
+    else:
+        ok = call_format != "qwen3_coder" and _hermes(scan, fresh)
+    if not ok:
+        return None
+    _remember(registry, fresh)
+    return scan
