@@ -92,8 +92,14 @@ def submission_id(spec_name: str, run_key: str, attempt: int = 1) -> str:
 def runtime_env(
     env: Mapping[str, str], extra_env: Mapping[str, str] | None = None, ship_code: bool = True
 ) -> dict[str, Any]:
+    from serving.settings import secret_keys
+
+    secrets = secret_keys()
     env_vars = {name: env[name] for name in FORWARDED_ENV if env.get(name)}
     env_vars.update(extra_env or {})
+    leaked = sorted(name for name in env_vars if name in secrets)
+    if leaked:
+        raise ValueError(f"refusing to put secrets in a Ray runtime_env: {', '.join(leaked)}")
     result: dict[str, Any] = {"env_vars": env_vars}
     if ship_code:
         result["working_dir"] = str(REPO_ROOT)
