@@ -148,3 +148,15 @@ def test_non_string_input_does_not_raise() -> None:
     result = parse_tool_calls(None)  # type: ignore[arg-type]
     assert result.calls == []
     assert result.errors[0].kind is K.BAD_STRUCTURE
+
+
+def test_well_formed_turns_take_the_fast_path() -> None:
+    from training.parsing import catalog_registry, split_transcript
+    from training.parsing.fast_path import parse_well_formed
+    from training.rewards.samples import make_samples
+
+    for sample in make_samples(20, seed=5, malformed_share=0.0):
+        for turn in split_transcript(sample.transcript).turns:
+            assert parse_well_formed(turn, "auto", catalog_registry()) is not None
+    stray = render_xml("get_current_time", {}).replace("</function>", '</function v2="">')
+    assert parse_well_formed(stray, "auto", catalog_registry()) is None

@@ -87,7 +87,8 @@ def _skip_space(text: str, pos: int) -> int:
 
 def split_transcript(text: str) -> Transcript:
     """Split a decoded rollout into model turns and injected tool responses. Never raises.
-    Linear in the text length, whatever it contains."""
+    Linear in the text length, whatever it contains. (`str.find` plus a regex on a small
+    window per block: measured faster than one regex over the whole text.)"""
     if RESP_OPEN not in text:
         return Transcript(turns=[text])
     result = Transcript(turns=[])
