@@ -186,5 +186,8 @@ def repetition_rate(text: str, n: int, min_ngrams: int) -> float:
     count = len(tokens) - n + 1
     if count < min_ngrams:
         return 0.0
-    grams = zip(*(tokens[i:] for i in range(n)), strict=False)
-    return 1.0 - len(set(grams)) / count
+    if n == 3:  # the default, spelled out: about twice as fast as the generic zip
+        unique = len(set(zip(tokens, tokens[1:], tokens[2:], strict=False)))
+    else:
+        unique = len(set(zip(*(tokens[i:] for i in range(n)), strict=False)))
+    return 1.0 - unique / count
