@@ -31,20 +31,18 @@ EXCLUDES = [
     ".hypothesis",
     "benchmarks/results",
 ]
-#: Environment forwarded to the job by name (values are read from the submitter's env).
+#: Non-secret settings forwarded to the job (values read from the submitter's env). Secrets
+#: (keys, tokens) never go into a runtime_env, which the Ray dashboard displays: cluster pods
+#: get them from Kubernetes Secrets, a local Ray head inherits them from its own env.
 FORWARDED_ENV = (
     "MLFLOW_TRACKING_URI",
     "MLFLOW_RUN_ID",
     "MLFLOW_S3_ENDPOINT_URL",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
     "AWS_DEFAULT_REGION",
     "TOOLRL_S3_BUCKET",
     "TOOLRL_MCP_URL",
-    "TOOLRL_MCP_TOKEN",
     "TOOLRL_JUDGE_URL",
     "TOOLRL_JUDGE_MODEL",
-    "TOOLRL_JUDGE_API_KEY",
 )
 
 

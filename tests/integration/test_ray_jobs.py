@@ -1,0 +1,105 @@
+"""Submission, polling, logs and stop against a real local Ray head (ray[default])."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from testkit.ray_head import free_port, ray_head
+from training.jobs.submit import (
+    JobRequest,
+    RayUnavailableError,
+    SubmissionConflictError,
+    connect,
+    get_status,
+    runtime_env,
+    submission_id,
+    submit,
+)
+
+
+@pytest.fixture(scope="module")
+def ray_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with ray_head(tmp_path_factory.mktemp("ray")) as address:
+        yield connect(address)
+
+
+def wait_for(client: Any, job_id: str, states: set[str], timeout_s: float = 90) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = get_status(client, job_id)
+        if status in states:
+            return status
+        time.sleep(0.5)
+    raise AssertionError(f"{job_id} never reached {states}; last {get_status(client, job_id)}")
+
+
+def request(job_id: str, code: str) -> JobRequest:
+    return JobRequest(
+        job_id, f'python -c "{code}"', runtime_env({}, ship_code=False), entrypoint_num_cpus=0
+    )
+
+
+def test_job_succeeds_and_logs_are_readable(ray_client: Any) -> None:
+    job_id = submission_id("ok", "dag-run-1")
+    result = submit(ray_client, request(job_id, "print('trained 3 steps')"))
+    assert result.created
+    assert wait_for(ray_client, job_id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    assert "trained 3 steps" in ray_client.get_job_logs(job_id)
+
+
+def test_retried_submit_never_starts_a_second_job(ray_client: Any) -> None:
+    job_id = submission_id("slow", "dag-run-2")
+    first = submit(ray_client, request(job_id, "import time; time.sleep(60)"))
+    wait_for(ray_client, job_id, {"RUNNING"})
+    again = submit(ray_client, request(job_id, "import time; time.sleep(60)"))
+    assert first.created and not again.created
+    assert again.status == "RUNNING"
+    assert [j.submission_id for j in ray_client.list_jobs()].count(job_id) == 1
+
+    assert ray_client.stop_job(job_id)
+    assert wait_for(ray_client, job_id, {"STOPPED", "FAILED"}) == "STOPPED"
+    with pytest.raises(SubmissionConflictError, match="next attempt number"):
+        submit(ray_client, request(job_id, "print(1)"))
+    next_attempt = submission_id("slow", "dag-run-2", attempt=2)
+    assert next_attempt != job_id
+    assert submit(ray_client, request(next_attempt, "print(1)")).created
+
+
+def test_failing_job_is_reported_failed(ray_client: Any) -> None:
+    job_id = submission_id("bad", "dag-run-3")
+    submit(ray_client, request(job_id, "raise SystemExit(3)"))
+    assert wait_for(ray_client, job_id, {"SUCCEEDED", "FAILED"}) == "FAILED"
+
+
+def test_unknown_job_has_no_status(ray_client: Any) -> None:
+    assert get_status(ray_client, "toolrl-nothing-here-a1") is None
+
+
+def test_cluster_down_is_a_clear_retryable_error() -> None:
+    started = time.monotonic()
+    with pytest.raises(RayUnavailableError, match="cannot reach the Ray Jobs API"):
+        connect(f"http://127.0.0.1:{free_port()}")
+    assert time.monotonic() - started < 30
+
+
+def test_submission_ids_are_deterministic_and_safe() -> None:
+    a = submission_id("Qwen3.5 4B/GSPO", "manual__2026-11-29T00:00:00")
+    assert a == submission_id("Qwen3.5 4B/GSPO", "manual__2026-11-29T00:00:00")
+    assert a.startswith("toolrl-qwen3-5-4b-gspo-") and a.endswith("-a1")
+    with pytest.raises(ValueError, match="attempt"):
+        submission_id("x", "y", attempt=0)
+
+
+def test_runtime_env_carries_settings_by_name_and_refuses_secrets() -> None:
+    env = {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
+    built = runtime_env(env)
+    assert built["env_vars"] == {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000"}
+    assert ".venv" in built["excludes"]
+    described = JobRequest("id", "python -m x", built).describe()
+    assert "MLFLOW_TRACKING_URI" in described and "127.0.0.1:5000" not in described
+    with pytest.raises(ValueError, match="refusing to put secrets"):
+        runtime_env({}, extra_env={"AWS_SECRET_ACCESS_KEY": "s3cr3t"})
