@@ -28,10 +28,10 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 typecheck: setup
-	$(BIN)/mypy training serving benchmarks $(wildcard dags/*.py) $(wildcard plugins/*.py plugins/*/*.py)
+	$(BIN)/mypy training serving benchmarks plugins/toolrl_plugins $(wildcard dags/*.py)
 
 unit: setup
-	$(BIN)/pytest -q -p no:cacheprovider
+	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(BIN)/pytest -q -p no:cacheprovider
 
 test: lint typecheck unit
 

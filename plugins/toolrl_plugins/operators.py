@@ -1,0 +1,108 @@
+"""Operators: submit a TrainingSpec to Ray (idempotent per DAG run) and wait for it
+(deferrable). Retries belong on these tasks, never on the training itself: a retried
+submit finds the job it already started; a failed job fails the wait without retry."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from toolrl_plugins.hooks import DEFAULT_CONN_ID, RayJobsHook
+from toolrl_plugins.triggers import RayJobTrigger
+
+
+class SubmitRayTrainingOperator(BaseOperator):
+    """Submit `spec_path` as a Ray job whose id is derived from the DAG run id."""
+
+    template_fields = ("spec_path", "backend", "workdir")
+
+    def __init__(
+        self,
+        *,
+        spec_path: str,
+        backend: str = "verl",
+        workdir: str,
+        attempt: int = 1,
+        ray_conn_id: str = DEFAULT_CONN_ID,
+        extra_env: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spec_path = spec_path
+        self.backend = backend
+        self.workdir = workdir
+        self.attempt = attempt
+        self.ray_conn_id = ray_conn_id
+        self.extra_env = extra_env or {}
+
+    def execute(self, context: Any) -> dict[str, str]:
+        from pathlib import Path
+
+        from training.jobs.submit import (
+            REPO_ROOT,
+            JobRequest,
+            entrypoint,
+            runtime_env,
+            submission_id,
+            submit,
+        )
+        from training.spec.model import load_spec
+
+        spec = load_spec(Path(self.spec_path))
+        run_key = str(context["dag_run"].run_id)
+        job_id = submission_id(spec.name, run_key, self.attempt)
+        spec_rel = str(Path(self.spec_path).resolve().relative_to(REPO_ROOT))
+        request = JobRequest(
+            job_id,
+            entrypoint(spec_rel, run_key, self.backend, f"{self.workdir}/{job_id}"),
+            runtime_env(os.environ, self.extra_env),
+            {"spec_hash": spec.spec_hash()},
+        )
+        self.log.info("%s", request.describe())
+        result = submit(RayJobsHook(self.ray_conn_id).get_client(), request)
+        self.log.info(
+            "%s %s (%s)",
+            "submitted" if result.created else "found existing job",
+            result.submission_id,
+            result.status,
+        )
+        return {"submission_id": result.submission_id, "result_dir": f"{self.workdir}/{job_id}"}
+
+
+class WaitRayJobOperator(BaseOperator):
+    """Defer to RayJobTrigger until the job ends; fail (no retry) unless it succeeded."""
+
+    template_fields = ("submission_id",)
+
+    def __init__(
+        self,
+        *,
+        submission_id: str,
+        ray_conn_id: str = DEFAULT_CONN_ID,
+        poll_interval_s: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.submission_id = submission_id
+        self.ray_conn_id = ray_conn_id
+        self.poll_interval_s = poll_interval_s
+
+    def execute(self, context: Any) -> None:
+        address = RayJobsHook(self.ray_conn_id).address()
+        self.defer(
+            trigger=RayJobTrigger(address, self.submission_id, self.poll_interval_s),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
+        status = event.get("status")
+        if status != "SUCCEEDED":
+            raise AirflowFailException(
+                f"Ray job {event.get('submission_id')} ended {status}. {event.get('message', '')}"
+                f" Read its logs: toolrl train logs {event.get('submission_id')}. Training"
+                " resumes from its last complete checkpoint when the DAG is re-run."
+            )
+        return str(event["submission_id"])
