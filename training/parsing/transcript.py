@@ -27,7 +27,6 @@ from training.parsing.errors import FormatError, FormatErrorKind
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _NEXT_ROLE = "assistant"
-_CALL_MARKS = ("<tool_call", "<function=")
 
 
 @dataclass(slots=True)
@@ -41,7 +40,6 @@ class Transcript:
     truncated_tool_response: bool = False
 
 
-_ROLE_TAIL = re.compile(r"(?:^|(?<=[\s>]))(?:user|tool)\s*\Z")
 _SPACE = re.compile(r"\s*")
 _ROLE_WINDOW = 48
 
@@ -49,15 +47,14 @@ _ROLE_WINDOW = 48
 def _role_start(text: str, lo: int, block: int) -> int:
     """Start of the role word directly before an injected block, or -1 when none is there
     (so the loop cannot have injected it). Looks back a few characters only."""
-    start = max(lo, block - _ROLE_WINDOW)
-    match = _ROLE_TAIL.search(text[start:block])
-    if match is None:
-        return -1
-    if match.start() == 0 and start > lo:
-        before = text[start - 1]
-        if not (before.isspace() or before == ">"):
-            return -1
-    return start + match.start()
+    window_start = max(lo, block - _ROLE_WINDOW)
+    window = text[window_start:block].rstrip()
+    for role in ("user", "tool"):
+        if window.endswith(role):
+            start = window_start + len(window) - len(role)
+            if start == lo or text[start - 1].isspace() or text[start - 1] == ">":
+                return start
+    return -1
 
 
 class _CallMarks:
@@ -75,7 +72,10 @@ class _CallMarks:
         if not self.found and pos > self.scanned:
             # overlap by the mark length so a mark straddling the old boundary is found
             lo = max(0, self.scanned - 16)
-            self.found = any(self.text.find(mark, lo, pos) >= 0 for mark in _CALL_MARKS)
+            text = self.text
+            self.found = (
+                text.find("<tool_call", lo, pos) >= 0 or text.find("<function=", lo, pos) >= 0
+            )
             self.scanned = pos
         return self.found
 

@@ -164,7 +164,9 @@ def load_truth(ground_truth: object, registry: ToolRegistry) -> _Truth:
 
 
 def _looks_like_error(response: str) -> bool:
-    head = response[:200].casefold()
+    """A tool response reporting a failure (mock mode injects realistic ones). Lowercasing
+    a short head and testing substrings is ~7x faster than a case-insensitive regex."""
+    head = response[:200].lower()
     return "error" in head or "invalid" in head or "unknown function" in head
 
 
