@@ -1,0 +1,12 @@
+"""Assets shared by producer and consumer DAGs (one module, one definition each)."""
+
+from __future__ import annotations
+
+from airflow.sdk import Asset
+
+#: A dataset version that passed validation. Event extra: dataset_version, dataset_dir, uri,
+#: train, test, data_docs.
+VALIDATED_DATASET = Asset(name="toolrl_validated_dataset", uri="toolrl://datasets/validated")
+
+#: A model version the gate promoted to `champion`. Event extra: model_name, version, uri.
+CHAMPION_MODEL = Asset(name="toolrl_champion_model", uri="toolrl://models/champion")

@@ -1,0 +1,1 @@
+"""Pipeline-level configuration and the stage functions the Airflow tasks call."""

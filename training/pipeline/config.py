@@ -1,0 +1,62 @@
+"""PipelineConfig: every knob of the scheduled loop in one typed place.
+
+DAG files read only this object (defaults at parse time, no I/O); a deployment overrides
+fields with a YAML file named by `TOOLRL_PIPELINE_CONFIG`, read at task run time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from training.data.config import ValidationConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_ENV = "TOOLRL_PIPELINE_CONFIG"
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset_schedule: str = Field(default="0 3 * * 1", description="Cron of toolcall_dataset.")
+    dataset_rows: int = Field(default=2_000, ge=10, description="Rows per dataset version.")
+    data_root: str = Field(
+        default=str(REPO_ROOT / "runs" / "datasets"),
+        description="Where validated versions live (a local dir; S3 mirror when a bucket is set).",
+    )
+    s3_bucket: str | None = Field(default=None, description="Mirror datasets to this bucket.")
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
+    training_spec: str = Field(
+        default=str(REPO_ROOT / "training" / "specs" / "cpu_tiny.yaml"),
+        description="TrainingSpec used by scheduled retraining (a DAG param overrides it).",
+    )
+    training_backend: str = Field(
+        default="cpu",
+        pattern="^(cpu|verl)$",
+        description="cpu (TRL, embedded) or verl (GPU cluster).",
+    )
+    thresholds: str = Field(
+        default=str(REPO_ROOT / "training" / "specs" / "thresholds.yaml"),
+        description="Gate thresholds file.",
+    )
+    workdir: str = Field(
+        default=str(REPO_ROOT / "runs" / "pipeline"),
+        description="Per-run working directories (shared storage on a cluster).",
+    )
+    task_timeout_minutes: int = Field(default=60, ge=1, description="Default task timeout.")
+    training_timeout_hours: int = Field(default=48, ge=1, description="Wait-for-training timeout.")
+    retries: int = Field(default=2, ge=0, description="Retries of submit/poll-type tasks.")
+
+
+def load_pipeline_config(env: dict[str, str] | None = None) -> PipelineConfig:
+    """Defaults, overridden by the YAML file at $TOOLRL_PIPELINE_CONFIG (task run time)."""
+    source = (env if env is not None else dict(os.environ)).get(CONFIG_ENV)
+    if not source:
+        return PipelineConfig()
+    raw = yaml.safe_load(Path(source).read_text(encoding="utf-8")) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source} must hold a YAML mapping")
+    return PipelineConfig.model_validate(raw)

@@ -1,0 +1,77 @@
+"""The dataset stage as the DAG runs it: generate into staging, validate, publish.
+
+A version is published (moved under `data_root/<version>`, mirrored to S3 when configured)
+only after it validated; a failed validation leaves it in staging with its Data Docs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from training.data.config import GenerationConfig
+from training.data.generate import generate_dataset
+from training.data.validate import validate_dataset
+from training.pipeline.config import PipelineConfig
+
+
+class DatasetRejectedError(RuntimeError):
+    """Validation failed; the message is the readable summary with the Data Docs path."""
+
+
+def seed_for_run(run_key: str) -> int:
+    """A different, reproducible seed per DAG run: scheduled runs regenerate new data."""
+    import hashlib
+
+    return int(hashlib.sha256(run_key.encode()).hexdigest()[:8], 16)
+
+
+def generate_stage(config: PipelineConfig, run_key: str, rows: int | None = None) -> dict[str, Any]:
+    staging = Path(config.data_root) / "staging" / run_key.replace(":", "_").replace("+", "_")
+    if staging.exists():
+        shutil.rmtree(staging)  # a retried task starts clean; nothing is published yet
+    manifest = generate_dataset(
+        GenerationConfig(n=rows or config.dataset_rows, seed=seed_for_run(run_key)),
+        staging,
+        progress=False,
+    )
+    return {
+        "staging_dir": str(staging),
+        "dataset_version": manifest["dataset_version"],
+        "rows": manifest["rows"],
+    }
+
+
+def validate_stage(config: PipelineConfig, staging_dir: str) -> dict[str, Any]:
+    report = validate_dataset(Path(staging_dir), config.validation)
+    if not report.success:
+        raise DatasetRejectedError(report.summary())
+    return {"data_docs": report.data_docs, "checks": len(report.checks)}
+
+
+def publish_stage(
+    config: PipelineConfig, staging_dir: str, version: str, s3_client: Any | None = None
+) -> dict[str, str]:
+    """Move a validated version into place (idempotent) and mirror it to S3 if configured."""
+    final = Path(config.data_root) / version
+    staging = Path(staging_dir)
+    if not final.exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(final)
+    elif staging.exists():
+        shutil.rmtree(staging)
+    uri = str(final)
+    if config.s3_bucket and s3_client is not None:
+        for path in sorted(final.rglob("*")):
+            if path.is_file():
+                key = f"datasets/{version}/{path.relative_to(final)}"
+                s3_client.upload_file(str(path), config.s3_bucket, key)
+        uri = f"s3://{config.s3_bucket}/datasets/{version}"
+    return {
+        "dataset_version": version,
+        "dataset_dir": str(final),
+        "uri": uri,
+        "train": str(final / "train.parquet"),
+        "test": str(final / "test.parquet"),
+        "data_docs": str(final / "validation" / "data_docs" / "index.html"),
+    }
