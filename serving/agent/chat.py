@@ -114,11 +114,16 @@ class ChatClient:
         max_connections: int = 64,
         retry: RetryPolicy | None = None,
         sampling: Mapping[str, Any] | None = None,
+        completion_extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.retry = retry or RetryPolicy()
         self.sampling = dict(sampling or {})
+        self.completion_extra = dict(completion_extra or {})
+        """Extra fields for /completions only, e.g. vLLM's `skip_special_tokens: false` so
+        that call tags registered as special tokens survive (transformers serve rejects
+        unknown fields with 422, so the default is none)."""
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._headers = {"Content-Type": "application/json"}
         if api_key:
@@ -190,4 +195,5 @@ class ChatClient:
         """POST /completions with an already-rendered prompt: the raw text comes back."""
         payload: dict[str, Any] = {"model": self.model, "prompt": prompt}
         payload.update(self.sampling)
+        payload.update(self.completion_extra)
         return await self._post("/completions", payload, retry_500=True)

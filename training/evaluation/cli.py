@@ -42,6 +42,10 @@ def eval_command(
     tokenizer: Annotated[
         Path | None, typer.Option(help="Model dir for raw prompts and the HTTP 500 fallback.")
     ] = None,
+    keep_special_tokens: Annotated[
+        bool,
+        typer.Option("--keep-special-tokens", help="vLLM raw completions keep call tags."),
+    ] = False,
     concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 16,
     max_turns: Annotated[int, typer.Option(help="Model responses per episode.")] = 8,
     samples: Annotated[int, typer.Option(help="k for pass^k (1 = off).")] = 1,
@@ -75,6 +79,7 @@ def eval_command(
             mode=mode,
             call_format=call_format,
             tokenizer=tokenizer,
+            keep_special_tokens=keep_special_tokens,
             concurrency=concurrency,
             max_turns=max_turns,
             samples=samples,

@@ -63,6 +63,9 @@ class EvalConfig(BaseModel):
     tokenizer: Path | None = None
     """Model dir whose chat template renders raw prompts (raw mode, and the fallback when the
     server answers HTTP 500 on malformed output). None: no fallback."""
+    keep_special_tokens: bool = False
+    """Ask raw completions for special tokens (vLLM `skip_special_tokens: false`), needed
+    when the call tags are special tokens; `transformers serve` rejects the field."""
     concurrency: int = Field(default=16, ge=1, le=1024)
     max_turns: int = Field(default=8, ge=1, le=64)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
@@ -211,6 +214,7 @@ def _client(config: EvalConfig, temperature: float) -> ChatClient:
         config.timeout_s,
         max_connections=config.concurrency,
         sampling=sampling,
+        completion_extra={"skip_special_tokens": False} if config.keep_special_tokens else None,
     )
 
 

@@ -4,6 +4,7 @@ through serving/settings.py; the model name defaults to TOOLRL_MODEL_NAME."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated
@@ -131,6 +132,108 @@ def show_command(
         raise _fail(exc) from exc
 
 
+def serve_command(
+    model_uri: Annotated[str, typer.Option(help="models:/NAME@champion (default) or /N.")] = "",
+    backend: Annotated[str, typer.Option(help="vllm (GPU), transformers or vllm-cpu.")] = "vllm",
+    host: Annotated[str, typer.Option(help="Front door listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Front door listen port.")] = 8000,
+    backend_port: Annotated[int, typer.Option(help="Model server port (0: free).")] = 0,
+    watch_interval: Annotated[
+        float, typer.Option(help="Seconds between champion checks (0: no reload).")
+    ] = 30.0,
+    max_tokens: Annotated[int, typer.Option(help="Per model response.")] = 1024,
+    api_key: Annotated[
+        str | None, typer.Option(help="Bearer key clients must send (none: open).")
+    ] = None,
+    vllm_cpu_python: Annotated[
+        Path | None, typer.Option(help="python of the separate vllm-cpu venv.")
+    ] = None,
+    cache_dir: Annotated[Path, typer.Option(help="Downloaded weights.")] = Path(
+        "runs/serving/models"
+    ),
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the backend command and exit.")
+    ] = False,
+) -> None:
+    """Serve the champion: model server + the OpenAI-compatible agent front door (real MCP
+    tools), reloading blue/green when a new champion is promoted."""
+    import asyncio
+    import logging
+
+    from pydantic import ValidationError
+
+    from serving.frontdoor.app import FrontDoorConfig
+    from serving.launch.commands import BackendConfig, build_command
+    from serving.settings import ServiceSettings
+    from training.registry.registry import RegistryError
+    from training.registry.serve import ServeConfig, serve_forever
+
+    settings = ServiceSettings.from_env(os.environ)
+    try:
+        config = ServeConfig(
+            model_uri=model_uri or settings.champion_uri,
+            tracking_uri=settings.mlflow_tracking_uri,
+            backend=backend,
+            backend_port=backend_port,
+            frontdoor=FrontDoorConfig(
+                host=host, port=port, model_name=settings.model_name, api_key=api_key
+            ),
+            mcp_url=settings.mcp_url,
+            mcp_token=settings.mcp_token,
+            cache_dir=cache_dir,
+            watch_interval_s=watch_interval,
+            max_tokens=max_tokens,
+            vllm_cpu_python=vllm_cpu_python,
+        )
+        if dry_run:
+            shown = BackendConfig(
+                backend=config.backend,
+                model_dir=cache_dir / "MODEL" / "VERSION",
+                served_model_name=settings.model_name,
+                port=backend_port or 8100,
+                vllm_cpu_python=vllm_cpu_python,
+            )
+            typer.echo(" ".join(build_command(shown)))
+            return
+        logging.basicConfig(level=logging.INFO)
+        asyncio.run(serve_forever(config))
+    except (ValidationError, RegistryError) as exc:
+        raise _fail(exc) from exc
+    except KeyboardInterrupt:
+        pass
+
+
+def frontdoor_command(
+    upstream: Annotated[str, typer.Option(help="Running OpenAI-compatible server (.../v1).")],
+    model: Annotated[str, typer.Option(help="Model name the upstream expects.")],
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Listen port.")] = 8000,
+    call_format: Annotated[str, typer.Option(help="hermes or qwen3_coder.")] = "hermes",
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="Model dir: raw fallback on HTTP 500.")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="Bearer key clients must send (none: open).")
+    ] = None,
+) -> None:
+    """The agent front door alone, in front of an already running model server."""
+    import asyncio
+
+    from serving.frontdoor.app import FrontDoorConfig
+    from serving.settings import ServiceSettings
+    from training.registry.serve import run_frontdoor
+
+    settings = ServiceSettings.from_env(os.environ)
+    door = FrontDoorConfig(host=host, port=port, model_name=model, api_key=api_key)
+    token = settings.mcp_token.get_secret_value() if settings.mcp_token else None
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(
+            run_frontdoor(upstream, model, door, settings.mcp_url, token, call_format, tokenizer)
+        )
+
+
 def register_cli(app: typer.Typer) -> None:
-    """Add the `registry` group to the `toolrl` app."""
+    """Add the `registry` group and the `serve` and `frontdoor` commands to `toolrl`."""
     app.add_typer(registry_app, name="registry")
+    app.command("serve")(serve_command)
+    app.command("frontdoor")(frontdoor_command)

