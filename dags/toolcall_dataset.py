@@ -37,8 +37,14 @@ DEFAULTS = PipelineConfig()
         "execution_timeout": timedelta(minutes=DEFAULTS.task_timeout_minutes),
         "on_failure_callback": on_task_failure,
     },
-    params={"rows": Param(DEFAULTS.dataset_rows, type="integer", minimum=10,
-                          description="Rows in the new dataset version.")},
+    params={
+        "rows": Param(
+            DEFAULTS.dataset_rows,
+            type="integer",
+            minimum=10,
+            description="Rows in the new dataset version.",
+        )
+    },
 )
 def toolcall_dataset() -> None:
     @task
@@ -46,8 +52,9 @@ def toolcall_dataset() -> None:
         from training.pipeline.config import load_pipeline_config
         from training.pipeline.dataset_stage import generate_stage
 
-        return generate_stage(load_pipeline_config(), context["dag_run"].run_id,
-                              int(context["params"]["rows"]))
+        return generate_stage(
+            load_pipeline_config(), context["dag_run"].run_id, int(context["params"]["rows"])
+        )
 
     @task(retries=0)
     def validate(generated: dict[str, Any]) -> dict[str, Any]:
@@ -62,12 +69,15 @@ def toolcall_dataset() -> None:
             raise AirflowFailException(str(exc)) from exc
 
     @task(outlets=[VALIDATED_DATASET])
-    def publish(generated: dict[str, Any], validated: dict[str, Any], **context: Any) -> dict[str, str]:
+    def publish(
+        generated: dict[str, Any], validated: dict[str, Any], **context: Any
+    ) -> dict[str, str]:
         from training.pipeline.config import load_pipeline_config
         from training.pipeline.dataset_stage import publish_stage
 
-        published = publish_stage(load_pipeline_config(), generated["staging_dir"],
-                                  generated["dataset_version"])
+        published = publish_stage(
+            load_pipeline_config(), generated["staging_dir"], generated["dataset_version"]
+        )
         context["outlet_events"][VALIDATED_DATASET].extra = dict(published)
         return published
 
