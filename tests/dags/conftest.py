@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ for folder in ("dags", "plugins"):
 
 
 @pytest.fixture(scope="session")
-def airflow_db() -> Iterator[Path]:
+def airflow_db() -> Path:
     home = Path(os.environ["AIRFLOW_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -31,4 +30,4 @@ def airflow_db() -> Iterator[Path]:
         capture_output=True,
         timeout=300,
     )
-    yield home
+    return home

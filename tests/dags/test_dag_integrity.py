@@ -25,7 +25,7 @@ def dagbag() -> Any:
 
 def test_no_import_errors(dagbag: Any) -> None:
     assert dagbag.import_errors == {}
-    assert EXPECTED <= set(dagbag.dags)
+    assert set(dagbag.dags) >= EXPECTED
 
 
 def test_dags_have_tags_owners_retries_and_timeouts(dagbag: Any) -> None:
