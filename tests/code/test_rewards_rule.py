@@ -233,3 +233,23 @@ def test_free_text_arguments_only_need_to_be_present() -> None:
     other_k = render_hermes("search_knowledge", {"query": "France capital city", "top_k": 5})
     out = compute_score("d", other_k + tool_turn(["{}"]) + "Paris.", gt)
     assert out["tool_alignment"] == pytest.approx(-0.25)
+
+
+@pytest.mark.parametrize(
+    ("answer", "hit"),
+    [
+        ("It is 9472.", True),
+        ("9472", True),
+        ("(9472)", True),
+        ("It is 9,472 exactly", True),
+        ("It is 9472.0", True),
+        ("It is 19472.", False),
+        ("It is 9472.5", False),
+        ("It is -9472", False),
+        ("v9472", False),
+        ("It is 9472,000", False),
+    ],
+)
+def test_exact_number_fast_path_agrees_with_full_number_matching(answer: str, hit: bool) -> None:
+    out = compute_score("d", MATH_CALL + RESULT + answer, MATH)
+    assert out["ground_truth_match"] == (2.5 if hit else 0.0)

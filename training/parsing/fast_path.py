@@ -41,10 +41,9 @@ ErrorSpecs = tuple[tuple[FormatErrorKind, str], ...]
 CachedCall = tuple[str, dict[str, Any], dict[str, Any] | None, ErrorSpecs, dict[str, Any]]
 Fresh = list[tuple[str, ParsedCall]]
 
-_HERMES = re.compile(r"<tool_call>(\s*\{.*?\}\s*)</tool_call>", re.DOTALL)
-_XML = re.compile(
-    r"<tool_call>\s*<function=([^\s<>=\"']+)>(.*?)</function>\s*</tool_call>", re.DOTALL
-)
+_OPEN_TAG, _CLOSE_TAG = OPEN + ">", CLOSE + ">"
+_FUNC_HEAD, _FUNC_TAIL = FUNC_OPEN + "=", FUNC_CLOSE + ">"
+_NAME = re.compile(r"[^\s<>=\"']+")
 _PARAM = re.compile(r"\s*<parameter=([^\s<>=\"']+)>(.*?)</parameter>", re.DOTALL)
 
 
@@ -74,17 +73,41 @@ def _remember(registry: ToolRegistry, fresh: Fresh) -> None:
         cache[block] = (call.name, call.arguments, call.cleaned, errors, call.shared)
 
 
+def _blocks(text: str) -> list[tuple[int, int, str]] | None:
+    """(start, end, body) of every `<tool_call>...</tool_call>` when the tags pair up
+    exactly (no attributes, no nesting, nothing unclosed); None otherwise. `str.find` only:
+    measured ~2x faster than one regex over the turn."""
+    count = text.count(OPEN)
+    if count == 0 or count != text.count(CLOSE):
+        return None
+    blocks: list[tuple[int, int, str]] = []
+    pos = 0
+    for _ in range(count):
+        start = text.find(_OPEN_TAG, pos)
+        if start < 0:
+            return None
+        body_start = start + len(_OPEN_TAG)
+        close = text.find(_CLOSE_TAG, body_start)
+        if close < 0 or text.find(OPEN, body_start, close) >= 0:
+            return None
+        pos = close + len(_CLOSE_TAG)
+        blocks.append((start, pos, text[body_start:close]))
+    return blocks
+
+
 def _hermes(scan: Scan, fresh: Fresh) -> bool:
-    text = scan.text
-    matches = list(_HERMES.finditer(text))
-    if len(matches) != text.count(OPEN) or len(matches) != text.count(CLOSE):
+    blocks = _blocks(scan.text)
+    if blocks is None:
         return False
-    for match in matches:
-        block = match.group(0)
-        if _from_cache(scan, block, match.start(), match.end(), "hermes"):
+    for start, end, body in blocks:
+        block = scan.text[start:end]
+        if _from_cache(scan, block, start, end, "hermes"):
             continue
+        stripped = body.strip()
+        if not (stripped.startswith("{") and stripped.endswith("}")):
+            return False
         try:
-            obj = json.loads(match.group(1))
+            obj = json.loads(stripped)
         except (ValueError, RecursionError):
             return False
         if not isinstance(obj, dict):
@@ -92,7 +115,7 @@ def _hermes(scan: Scan, fresh: Fresh) -> bool:
         name, arguments = obj.get("name"), obj.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, dict) or len(name) > 200:
             return False
-        call = scan.new_call(match.start(), match.end(), "hermes")
+        call = scan.new_call(start, end, "hermes")
         call.name, call.arguments = name, arguments
         _finish(scan, call, block, fresh)
     return True
@@ -100,24 +123,28 @@ def _hermes(scan: Scan, fresh: Fresh) -> bool:
 
 def _xml(scan: Scan, fresh: Fresh) -> bool:
     text = scan.text
-    matches = list(_XML.finditer(text))
-    count = len(matches)
-    if not (count == text.count(OPEN) == text.count(CLOSE)):
-        return False
-    if not (count == text.count(FUNC_OPEN) == text.count(FUNC_CLOSE)):
+    blocks = _blocks(text)
+    if blocks is None or not (len(blocks) == text.count(FUNC_OPEN) == text.count(FUNC_CLOSE)):
         return False
     params = 0
-    for match in matches:
-        block = match.group(0)
-        if _from_cache(scan, block, match.start(), match.end(), "qwen3_coder"):
+    for start, end, body in blocks:
+        block = text[start:end]
+        if _from_cache(scan, block, start, end, "qwen3_coder"):
             params += block.count(PARAM_OPEN)  # equal to its parameters: it was accepted
             continue
-        call = scan.new_call(match.start(), match.end(), "qwen3_coder")
-        call.name = match.group(1)
-        properties = scan.registry.properties(call.name)
-        body, pos = match.group(2), 0
+        inner = body.strip()
+        if not (inner.startswith(_FUNC_HEAD) and inner.endswith(_FUNC_TAIL)):
+            return False
+        gt = inner.find(">", len(_FUNC_HEAD))
+        name = inner[len(_FUNC_HEAD) : gt]
+        if gt < 0 or not _NAME.fullmatch(name):
+            return False
+        call = scan.new_call(start, end, "qwen3_coder")
+        call.name = name
+        properties = scan.registry.properties(name)
+        inner, pos = inner[gt + 1 : -len(_FUNC_TAIL)], 0
         while True:
-            param = _PARAM.match(body, pos)
+            param = _PARAM.match(inner, pos)
             if param is None:
                 break
             key, value = param.group(1), param.group(2)
@@ -130,7 +157,7 @@ def _xml(scan: Scan, fresh: Fresh) -> bool:
             call.arguments[key] = convert_value(value, key, properties)
             params += 1
             pos = param.end()
-        if body[pos:].strip():
+        if inner[pos:].strip():
             return False
         _finish(scan, call, block, fresh)
     return params == text.count(PARAM_OPEN) == text.count(PARAM_CLOSE)

@@ -148,13 +148,29 @@ def answer_matches(
     )
 
 
-PreparedAnswer = tuple[str, float | None]
+PreparedAnswer = tuple[str, float | None, str]
 
 
 def prepare_answer(truth: str) -> PreparedAnswer:
-    """A ground-truth answer in matching form (normalised text, number or None); done once
-    per ground truth and cached with it."""
-    return _normalise_text(truth), _parse_number(truth)
+    """A ground-truth answer in matching form (normalised text, number or None, the number
+    as written); done once per ground truth and cached with it."""
+    return _normalise_text(truth), _parse_number(truth), truth.strip()
+
+
+def _written_exactly(answer: str, literal: str) -> bool:
+    """The number appears in the answer as its own token, spelled as in the truth (the
+    common case, checked without extracting every number)."""
+    start = answer.find(literal)
+    while start >= 0:
+        end = start + len(literal)
+        before = answer[start - 1] if start else " "
+        after = answer[end : end + 2]
+        if not (before.isalnum() or before in "._-,") and not (
+            after[:1].isdigit() or (after[:1] in ".," and after[1:2].isdigit())
+        ):
+            return True
+        start = answer.find(literal, start + 1)
+    return False
 
 
 def count_answer_hits(
@@ -164,11 +180,14 @@ def count_answer_hits(
     normalised: str | None = None
     numbers: list[tuple[float, int]] | None = None
     hits = 0
-    for text, value in truths:
+    for text, value, literal in truths:
         if value is None:
             if normalised is None:
                 normalised = _normalise_text(answer)
             hits += text in normalised
+            continue
+        if literal and _written_exactly(answer, literal):
+            hits += 1
             continue
         if numbers is None:
             numbers = numbers_in(answer)

@@ -172,11 +172,12 @@ def _looks_like_error(response: str) -> bool:
 
 def _count_retries(turn_calls: list[list[ParsedCall]], responses: list[list[str]]) -> int:
     """Valid calls repeating a call whose turn got an error response: retries, not extras."""
-    failed_turns = [
-        index
-        for index, turn in enumerate(responses)
-        if any(_looks_like_error(response) for response in turn)
-    ]
+    failed_turns: set[int] = set()
+    for index, turn in enumerate(responses):
+        for response in turn:
+            if _looks_like_error(response):
+                failed_turns.add(index)
+                break
     if not failed_turns:
         return 0
     failed: set[CallKey] = set()
