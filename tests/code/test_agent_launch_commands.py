@@ -21,7 +21,7 @@ def test_vllm_serve_enables_auto_tool_choice_with_the_matching_parser(call_forma
         backend="vllm",
         model_dir=Path("/models/toolrl/3"),
         served_model_name="toolrl-tool-caller",
-        call_format=call_format,  # type: ignore[arg-type]
+        call_format=call_format,
         port=8100,
         tensor_parallel_size=2,
         max_model_len=8192,
