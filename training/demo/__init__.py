@@ -1,0 +1,1 @@
+"""The embedded demo: local services on loopback and the whole pipeline through Airflow."""

@@ -1,0 +1,189 @@
+"""The retraining stages as the DAG runs them; each is idempotent for a given run key.
+
+The DAG holds only wiring: which stage runs after which, with what connection. Everything
+here is plain Python over the library, testable without Airflow.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from training.jobs.result import TrainingResult
+from training.pipeline.config import REPO_ROOT, PipelineConfig
+
+
+class StageError(RuntimeError):
+    """A stage cannot proceed; the message says why and what to do."""
+
+
+def _safe(run_key: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_key)
+
+
+def run_workdir(config: PipelineConfig, run_key: str) -> Path:
+    return Path(config.workdir) / _safe(run_key)
+
+
+def latest_dataset(config: PipelineConfig) -> dict[str, str]:
+    """The newest published (validated) version under data_root, for hand-triggered runs."""
+    root = Path(config.data_root)
+    versions = (
+        sorted(
+            (
+                p
+                for p in root.iterdir()
+                if (p / "manifest.json").is_file() and (p / "validation" / "report.json").is_file()
+            ),
+            key=lambda p: p.stat().st_mtime,
+        )
+        if root.is_dir()
+        else []
+    )
+    if not versions:
+        raise StageError(f"no validated dataset under {root}: run the toolcall_dataset DAG first")
+    final = versions[-1]
+    return {
+        "dataset_version": final.name,
+        "dataset_dir": str(final),
+        "train": str(final / "train.parquet"),
+        "test": str(final / "test.parquet"),
+    }
+
+
+def resolve_dataset(
+    config: PipelineConfig, event_extra: dict[str, Any] | None, dataset_dir: str | None
+) -> dict[str, str]:
+    if event_extra and event_extra.get("dataset_dir"):
+        return {k: str(event_extra[k]) for k in ("dataset_version", "dataset_dir", "train", "test")}
+    if dataset_dir:
+        path = Path(dataset_dir)
+        report = path / "validation" / "report.json"
+        if not report.is_file() or not json.loads(report.read_text()).get("success"):
+            raise StageError(f"{path} has no passing validation report; validate it first")
+        return {
+            "dataset_version": path.name,
+            "dataset_dir": str(path),
+            "train": str(path / "train.parquet"),
+            "test": str(path / "test.parquet"),
+        }
+    return latest_dataset(config)
+
+
+def prepare_spec(
+    config: PipelineConfig,
+    spec_path: str,
+    dataset: dict[str, str],
+    run_key: str,
+    validate_with_verl: bool,
+) -> dict[str, Any]:
+    """Write this run's spec (dataset and checkpoint dir filled in) and validate it."""
+    from training.spec.model import load_spec
+
+    base = load_spec(Path(spec_path))
+    workdir = run_workdir(config, run_key)
+    spec = base.model_copy(
+        update={
+            "data": base.data.model_copy(
+                update={
+                    "train_files": [dataset["train"]],
+                    "test_files": [dataset["test"]],
+                    "dataset_version": dataset["dataset_version"],
+                }
+            ),
+            "checkpoint": base.checkpoint.model_copy(
+                update={"run_dir": str(workdir / "checkpoints")}
+            ),
+        }
+    )
+    warnings: list[str] = []
+    if validate_with_verl:
+        from training.spec.plan import plan
+
+        warnings = plan(spec, workdir / "plan").warnings
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_spec = workdir / "spec.yaml"
+    run_spec.write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    return {
+        "spec_path": str(run_spec),
+        "workdir": str(workdir),
+        "spec_hash": spec.spec_hash(),
+        "dataset_version": dataset["dataset_version"],
+        "warnings": warnings,
+    }
+
+
+def check_mcp(url: str) -> str:
+    """The MCP server must answer its health endpoint before rollouts depend on it."""
+    health = url.rsplit("/mcp", 1)[0] + "/healthz"
+    try:
+        with urllib.request.urlopen(health, timeout=5) as reply:  # noqa: S310 - configured URL
+            if reply.status == 200:
+                return health
+    except (urllib.error.URLError, OSError) as exc:
+        raise StageError(
+            f"MCP server not reachable at {health}: {exc}. Start it with "
+            "`toolrl mcp serve --mode mock` or fix the toolrl_mcp connection"
+        ) from exc
+    raise StageError(f"MCP server unhealthy at {health}")
+
+
+def read_result(result_dir: str) -> dict[str, Any]:
+    path = Path(result_dir)
+    if not (path / "result.json").is_file():
+        raise StageError(f"the training job left no result.json in {path}")
+    return TrainingResult.read(path).model_dump(mode="json")
+
+
+def evaluate_model(
+    model_dir: str, test_file: str, mcp_url: str, out: Path, limit: int | None = None
+) -> str:
+    """Serve `model_dir` on CPU (`transformers serve`) and run the eval harness against it."""
+    from serving.launch.commands import BackendConfig
+    from serving.launch.process import ModelServer
+    from training.demo.services import free_port
+    from training.evaluation.runner import EvalConfig, evaluate
+
+    backend = BackendConfig(backend="transformers", model_dir=Path(model_dir), port=free_port())
+    server = ModelServer(backend, out.parent / "logs").start(timeout_s=300)
+    try:
+        evaluate(
+            EvalConfig(
+                endpoint=server.base_url,
+                model=backend.request_model_name,
+                data=Path(test_file),
+                out=out,
+                mcp_url=mcp_url,
+                tokenizer=Path(model_dir),
+                concurrency=4,
+                max_tokens=256,
+                limit=limit,
+            ),
+            progress=False,
+        )
+    finally:
+        server.stop()
+    return str(out)
+
+
+def git_sha() -> str | None:
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
