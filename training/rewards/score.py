@@ -29,6 +29,9 @@ def _config_from_json(text: str) -> RewardConfig:
     return RewardConfig.model_validate_json(text)
 
 
+_BY_FORMAT = {fmt: RewardConfig(call_format=fmt) for fmt in ("hermes", "qwen3_coder", "auto")}
+
+
 def _plain(value: Any) -> Any:
     """verl hands reward_kwargs over as OmegaConf containers: turn nested mappings and
     sequences into plain dicts and lists so they validate (and hash) like JSON."""
@@ -49,8 +52,11 @@ def resolve_config(
     """The config from verl's reward_kwargs; validated once per distinct value (cached)."""
     if isinstance(reward_config, RewardConfig) and call_format is None:
         return reward_config
-    if reward_config is None and call_format is None:
-        return DEFAULT_CONFIG
+    if reward_config is None:
+        if call_format is None:
+            return DEFAULT_CONFIG
+        if call_format in _BY_FORMAT:  # the production case: only `call_format` is set
+            return _BY_FORMAT[call_format]
     values: dict[str, Any] = {}
     if isinstance(reward_config, RewardConfig):
         values = reward_config.model_dump()
