@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EXPECTED = {"toolcall_dataset"}
+EXPECTED = {"toolcall_dataset", "toolcall_retraining"}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,161 @@
+"""Evaluate -> gate -> register -> promote, as the retraining DAG runs them.
+
+Idempotent per DAG run: the evaluation resumes from its journal, registration is keyed by
+the run id, and applying the same decision twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from serving.settings import env_var
+from training.pipeline.retraining_stage import StageError, evaluate_model, git_sha
+
+STOP_REASONS = {
+    "succeeded": "completed",
+    "incomplete": "completed",
+    "drifted": "format_drift",
+    "failed": "error",
+}
+
+
+def model_name() -> str:
+    return os.environ.get("TOOLRL_MODEL_NAME") or str(env_var("TOOLRL_MODEL_NAME").default)
+
+
+def evaluate_candidate_and_champion(
+    planned: dict[str, Any],
+    result: dict[str, Any],
+    mcp_url: str,
+    tracking_uri: str,
+    limit: int | None,
+) -> dict[str, Any]:
+    """Evaluate the candidate, and the current champion on the same test file (so the gate
+    compares like with like). No champion yet: only the candidate is evaluated."""
+    from training.registry.registry import RegistryError, download, resolve
+
+    merged = result.get("merged_model_dir")
+    if not merged or not Path(merged).is_dir():
+        raise StageError(f"training produced no merged model directory ({merged!r})")
+    workdir = Path(planned["workdir"]) / "eval"
+    test_file = _test_file(planned)
+    candidate = evaluate_model(merged, test_file, mcp_url, workdir / "candidate.json", limit)
+    champion_report = None
+    try:
+        info = resolve(tracking_uri, f"models:/{model_name()}@champion")
+    except RegistryError:
+        info = None
+    if info is not None:
+        champion_dir = download(tracking_uri, info, workdir / "champion-model")
+        champion_report = evaluate_model(
+            str(champion_dir), test_file, mcp_url, workdir / "champion.json", limit
+        )
+    return {
+        "candidate_report": candidate,
+        "champion_report": champion_report,
+        "champion_version": info.version if info else None,
+    }
+
+
+def _test_file(planned: dict[str, Any]) -> str:
+    import yaml
+
+    spec = yaml.safe_load(Path(planned["spec_path"]).read_text())
+    return str(spec["data"]["test_files"][0])
+
+
+def gate_candidate(
+    evaluated: dict[str, Any], result: dict[str, Any], thresholds_path: str
+) -> dict[str, Any]:
+    from training.evaluation.gate import TrainingOutcome, decide, load_thresholds
+    from training.evaluation.report import load_report
+
+    candidate = load_report(Path(evaluated["candidate_report"]))
+    champion = (
+        load_report(Path(evaluated["champion_report"]))
+        if evaluated.get("champion_report")
+        else None
+    )
+    outcome = TrainingOutcome(
+        planned_final_step=int(result["planned_step"]),
+        final_step=int(result["final_step"]),
+        stop_reason=STOP_REASONS.get(result["status"], "unknown"),
+    )
+    decision = decide(candidate, load_thresholds(Path(thresholds_path)), champion, outcome)
+    path = Path(evaluated["candidate_report"]).with_name("gate_decision.json")
+    path.write_text(decision.model_dump_json(indent=2) + "\n")
+    return {"decision": decision.decision, "reasons": decision.reasons, "path": str(path)}
+
+
+def register_candidate_version(
+    tracking_uri: str,
+    planned: dict[str, Any],
+    result: dict[str, Any],
+    evaluated: dict[str, Any],
+    run_key: str,
+) -> dict[str, Any]:
+    from training.registry.registry import Lineage, register_candidate
+    from training.spec.model import load_spec
+
+    spec = load_spec(Path(planned["spec_path"]))
+    lineage = Lineage(
+        run_key=_registry_key(run_key),
+        dataset_version=planned["dataset_version"],
+        dataset_validation="passed",
+        training_run_id=result.get("mlflow_run_id"),
+        spec_hash=planned["spec_hash"],
+        git_sha=git_sha(),
+        call_format=spec.model.call_format,
+        base_model=spec.model.path[:250],
+    )
+    info = register_candidate(
+        tracking_uri,
+        model_name(),
+        Path(result["merged_model_dir"]),
+        lineage,
+        Path(evaluated["candidate_report"]),
+    )
+    return {"name": info.name, "version": info.version, "created": info.created}
+
+
+def _registry_key(run_key: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in run_key)[:200]
+
+
+def apply_decision(
+    tracking_uri: str, registered: dict[str, Any], decision: dict[str, Any]
+) -> dict[str, Any]:
+    from training.registry.registry import record_gate
+
+    info = record_gate(
+        tracking_uri, registered["name"], registered["version"], Path(decision["path"])
+    )
+    return {
+        "name": info.name,
+        "version": info.version,
+        "aliases": info.aliases,
+        "promoted": "champion" in info.aliases and decision["decision"] == "promote",
+    }
+
+
+def confirm_serving(applied: dict[str, Any]) -> str:
+    """Serving watches `@champion` and switches blue/green by itself; here we only report
+    whether a serving front door is configured to pick the promotion up."""
+    url = os.environ.get("TOOLRL_SERVING_URL")
+    if not applied["promoted"]:
+        return "no promotion: serving keeps the current champion"
+    if not url:
+        return "promoted; no serving endpoint configured (TOOLRL_SERVING_URL unset)"
+    return f"promoted; serving at {url} reloads models:/{applied['name']}@champion"
+
+
+def summary(applied: dict[str, Any], decision: dict[str, Any], served: str) -> str:
+    verdict = decision["decision"].upper()
+    lines = [f"{applied['name']} v{applied['version']}: gate {verdict}", served]
+    lines += [f"  - {reason}" for reason in decision.get("reasons", [])]
+    text = "\n".join(lines)
+    print(text)
+    return json.dumps({"summary": text, **applied})
