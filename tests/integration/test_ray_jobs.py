@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from testkit.ray_head import free_port, ray_head
+from testkit.ray_head import free_port
 from training.jobs.submit import (
     JobRequest,
     RayUnavailableError,
@@ -22,9 +21,8 @@ from training.jobs.submit import (
 
 
 @pytest.fixture(scope="module")
-def ray_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with ray_head(tmp_path_factory.mktemp("ray")) as address:
-        yield connect(address)
+def ray_client(ray_address: str) -> Any:
+    return connect(ray_address)
 
 
 def wait_for(client: Any, job_id: str, states: set[str], timeout_s: float = 90) -> str:
