@@ -34,6 +34,9 @@ def eval_command(
         str | None,
         typer.Option(help="Evaluate on BFCL categories instead, e.g. simple_python,multiple."),
     ] = None,
+    bfcl_root: Annotated[
+        Path | None, typer.Option(help="Dir of `pip install --no-deps --target DIR bfcl-eval`.")
+    ] = None,
     mcp_url: Annotated[
         str | None, typer.Option(help="MCP server (mock mode); default TOOLRL_MCP_URL.")
     ] = None,
@@ -63,9 +66,18 @@ def eval_command(
     if (data is None) == (bfcl is None):
         raise typer.BadParameter("give exactly one of --data and --bfcl")
     if bfcl is not None:
-        from training.evaluation.bfcl import run_bfcl_cli
+        from training.evaluation.bfcl import BfclUnavailableError, evaluate_bfcl
 
-        run_bfcl_cli(endpoint, model, out, bfcl, concurrency, limit, quiet)
+        categories = [c.strip() for c in bfcl.split(",") if c.strip()]
+        try:
+            bfcl_report = evaluate_bfcl(
+                endpoint, model, out, categories, concurrency, limit, not quiet, bfcl_root
+            )
+        except (BfclUnavailableError, ValueError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        typer.echo(json.dumps(bfcl_report.metrics["by_category"]))
+        typer.echo(f"report: {out}")
         return
     default_url, token = _mcp_defaults()
     try:

@@ -1,0 +1,358 @@
+"""BFCL (Berkeley Function Calling Leaderboard) AST categories, scored by BFCL's own checker.
+
+Data and checker come from the `bfcl-eval` wheel, used as a library: its loaders
+(`load_dataset_entry`, `load_ground_truth_entry`, with BFCL's language hints), its
+`ast_checker` and its output-format checks. The wheel cannot join the project's environment
+(it pins numpy 1.26 and pulls vendor SDKs), so it is installed without dependencies into its
+own directory (`pip install --no-deps --target DIR bfcl-eval`) and put on the path; the only
+module of it that needs those SDKs (`constants.model_config`, read by the checker for one
+flag) is replaced by a stub that says what BFCL says for OpenAI-compatible function-calling
+models: names with "." were sent as "_" (`underscore_to_dot`).
+
+The prompt is built as BFCL builds it for function-calling models: the question's messages,
+no system prompt, and the functions converted to OpenAI tools exactly as BFCL's
+`convert_to_tool` does (reimplemented below because its module imports tree-sitter). Each
+case is one model response through the project's agent loop (turn limit 1, nothing
+executed), decoded as BFCL's FC handler decodes it: `[{name: arguments}]`, or the text when
+there is no call. Accuracy per category = valid / total, as BFCL reports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import hashlib
+import json
+import re
+import sys
+import time
+import types
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from serving.agent import Agent, AgentConfig, ChatClient
+from training.evaluation.adapters import project_parser
+from training.evaluation.report import EvalReport, EvalSource, write_report
+
+DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+SUPPORTED = (
+    *DEFAULT_CATEGORIES,
+    "simple_java",
+    "simple_javascript",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+    "live_irrelevance",
+)
+MODEL_NAME = "toolrl"
+_DECODE_FAILURES = frozenset({"bad_json", "bad_structure"})
+
+
+class BfclUnavailableError(RuntimeError):
+    """bfcl-eval is not importable; the message says how to install it."""
+
+
+@dataclass(frozen=True)
+class BfclApi:
+    """The parts of bfcl-eval the harness calls."""
+
+    version: str
+    load_dataset_entry: Any
+    load_ground_truth_entry: Any
+    ast_checker: Any
+    language: Any
+    is_function_calling_format_output: Any
+    is_empty_output: Any
+    gorilla_to_openapi: Mapping[str, str]
+
+
+class _OpenAiCompatible:
+    underscore_to_dot = True
+
+
+class _ModelConfigs(dict[str, Any]):
+    def __missing__(self, key: str) -> _OpenAiCompatible:
+        return _OpenAiCompatible()
+
+
+def load_bfcl(root: Path | None = None) -> BfclApi:
+    """Import bfcl-eval (from `root`, a `pip install --target` dir, when given)."""
+    if root is not None:
+        if not (root / "bfcl_eval").is_dir():
+            raise BfclUnavailableError(f"{root} has no bfcl_eval package")
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+    stub = types.ModuleType("bfcl_eval.constants.model_config")
+    stub.MODEL_CONFIG_MAPPING = _ModelConfigs()  # type: ignore[attr-defined]
+    sys.modules.setdefault("bfcl_eval.constants.model_config", stub)
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from bfcl_eval.constants.enums import Language
+        from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
+        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+        from bfcl_eval.utils import (
+            is_empty_output,
+            is_function_calling_format_output,
+            load_dataset_entry,
+            load_ground_truth_entry,
+        )
+    except ImportError as exc:
+        raise BfclUnavailableError(
+            "bfcl-eval is not importable; install its data and checker with "
+            "`pip install --no-deps --target DIR bfcl-eval` and pass --bfcl-root DIR "
+            f"({exc})"
+        ) from exc
+    try:
+        found = version("bfcl-eval")
+    except PackageNotFoundError:
+        found = "unknown"
+    return BfclApi(
+        found,
+        load_dataset_entry,
+        load_ground_truth_entry,
+        ast_checker,
+        Language,
+        is_function_calling_format_output,
+        is_empty_output,
+        GORILLA_TO_OPENAPI,
+    )
+
+
+def _cast_to_openai_type(properties: dict[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
+    """BFCL's `_cast_to_openai_type` (bfcl_eval/model_handler/utils.py, Apache-2.0)."""
+    for key, value in properties.items():
+        if "type" not in value:
+            properties[key]["type"] = "string"
+        else:
+            var_type = value["type"]
+            if var_type == "float":
+                properties[key]["format"] = "float"
+                properties[key]["description"] += " This is a float type value."
+            properties[key]["type"] = mapping.get(var_type, "string")
+        if properties[key]["type"] in ("array", "object"):
+            if "properties" in properties[key]:
+                properties[key]["properties"] = _cast_to_openai_type(
+                    properties[key]["properties"], mapping
+                )
+            elif "items" in properties[key]:
+                items = properties[key]["items"]
+                items["type"] = mapping[items["type"]]
+                if items["type"] == "array" and "items" in items:
+                    items["items"]["type"] = mapping[items["items"]["type"]]
+                elif items["type"] == "object" and "properties" in items:
+                    items["properties"] = _cast_to_openai_type(items["properties"], mapping)
+    return properties
+
+
+def to_openai_tools(functions: Sequence[Mapping[str, Any]], api: BfclApi) -> list[dict[str, Any]]:
+    """BFCL's `convert_to_tool` for OpenAI-style function-calling models."""
+    tools = []
+    items: list[dict[str, Any]] = copy.deepcopy([dict(f) for f in functions])
+    for item in items:
+        item["name"] = re.sub(r"\.", "_", item["name"])
+        item["parameters"]["type"] = "object"
+        item["parameters"]["properties"] = _cast_to_openai_type(
+            item["parameters"]["properties"], api.gorilla_to_openapi
+        )
+        tools.append({"type": "function", "function": item})
+    return tools
+
+
+class _StaticTools:
+    """A tool executor that lists BFCL's functions and executes nothing (AST categories are
+    judged on the first response)."""
+
+    def __init__(self, tools: list[dict[str, Any]]) -> None:
+        self._mcp = [
+            {"name": t["function"]["name"], "description": t["function"].get("description", ""),
+             "inputSchema": t["function"]["parameters"]}
+            for t in tools
+        ]  # fmt: skip
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        return self._mcp
+
+    async def call_tool(
+        self, name: str, arguments: Any, session: str | None = None, seq: int | None = None
+    ) -> Any:
+        return types.SimpleNamespace(text="(not executed)", is_error=False)
+
+
+def _language(category: str, api: BfclApi) -> Any:
+    if category.endswith("java"):
+        return api.language.JAVA
+    if category.endswith("javascript"):
+        return api.language.JAVASCRIPT
+    return api.language.PYTHON
+
+
+def score_output(
+    category: str,
+    model_result: Any,
+    functions: list[dict[str, Any]],
+    possible_answer: list[Any] | None,
+    api: BfclApi,
+) -> dict[str, Any]:
+    """BFCL's verdict for one decoded output (`[{name: args}]` list, or text)."""
+    decodable = isinstance(model_result, list)
+    if "irrelevance" in category:
+        called = decodable and not api.is_empty_output(model_result)
+        return {"valid": not called, "error_type": "irrelevance_error:decoder_success"}
+    if not decodable:
+        return {"valid": False, "error_type": "ast_decoder:decoder_failed"}
+    if not api.is_function_calling_format_output(model_result):
+        return {"valid": False, "error_type": "ast_decoder:decoder_wrong_output_format"}
+    result: dict[str, Any] = api.ast_checker(
+        functions, model_result, possible_answer, _language(category, api), category, MODEL_NAME
+    )
+    return result
+
+
+async def _run_case(
+    chat: ChatClient, api: BfclApi, category: str, entry: dict[str, Any], answer: Any
+) -> dict[str, Any]:
+    tools = to_openai_tools(entry["prompt_function"], api)
+    agent = Agent(chat, _StaticTools(tools), AgentConfig(max_turns=1), parser=project_parser())
+    trajectory = await agent.run(entry["question"][0], session=f"bfcl-{entry['id']}")
+    if trajectory.error is not None:
+        return {
+            "id": entry["id"],
+            "valid": False,
+            "error_type": "transport",
+            "error": trajectory.error,
+        }
+    calls = trajectory.calls
+    if calls and not any(_DECODE_FAILURES.intersection(c.error_kinds) for c in calls):
+        model_result: Any = [{c.name: c.arguments} for c in calls]
+    else:
+        model_result = trajectory.turns[0].content if trajectory.turns else ""
+    verdict = score_output(category, model_result, entry["function"], answer, api)
+    return {"id": entry["id"], **verdict}
+
+
+def load_category(
+    api: BfclApi, category: str, limit: int | None
+) -> list[tuple[dict[str, Any], Any]]:
+    """(entry, possible answer) pairs; entries carry BFCL's prompt-time function docs (with
+    language hints) as `prompt_function` and the checker-time docs as `function`."""
+    prompted = api.load_dataset_entry(category, include_prereq=False)
+    plain = {e["id"]: e for e in api.load_dataset_entry(
+        category, include_prereq=False, include_language_specific_hint=False)}  # fmt: skip
+    answers = {}
+    if "irrelevance" not in category:
+        answers = {a["id"]: a["ground_truth"] for a in api.load_ground_truth_entry(category)}
+    pairs = []
+    for entry in prompted[:limit] if limit else prompted:
+        merged = {**entry, "prompt_function": entry["function"],
+                  "function": plain[entry["id"]]["function"]}  # fmt: skip
+        pairs.append((merged, answers.get(entry["id"])))
+    return pairs
+
+
+async def run_bfcl(
+    chat: ChatClient,
+    api: BfclApi,
+    categories: Sequence[str],
+    concurrency: int = 16,
+    limit: int | None = None,
+    progress: bool = True,
+) -> dict[str, list[dict[str, Any]]]:
+    """Verdicts per category; bounded concurrency."""
+    work = [(c, e, a) for c in categories for e, a in load_category(api, c, limit)]
+    slots = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(work), disable=not progress, desc="bfcl", unit="case")
+
+    async def one(category: str, entry: dict[str, Any], answer: Any) -> tuple[str, dict[str, Any]]:
+        async with slots:
+            verdict = await _run_case(chat, api, category, entry, answer)
+        bar.update(1)
+        return category, verdict
+
+    try:
+        done = await asyncio.gather(*(one(*item) for item in work))
+    finally:
+        bar.close()
+    verdicts: dict[str, list[dict[str, Any]]] = {c: [] for c in categories}
+    for category, verdict in done:
+        verdicts[category].append(verdict)
+    return verdicts
+
+
+def bfcl_metrics(verdicts: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per-category accuracy as BFCL reports it, plus their unweighted mean."""
+    by_category: dict[str, dict[str, Any]] = {}
+    for category, items in verdicts.items():
+        correct = sum(bool(v.get("valid")) for v in items)
+        errors = Counter(str(v.get("error_type")) for v in items if not v.get("valid"))
+        by_category[category] = {
+            "cases": len(items),
+            "correct": correct,
+            "accuracy": round(correct / len(items), 6) if items else None,
+            "error_types": dict(sorted(errors.items())),
+        }
+    accuracies = [m["accuracy"] for m in by_category.values() if m["accuracy"] is not None]
+    cases = sum(m["cases"] for m in by_category.values())
+    overall = {
+        "cases": cases,
+        "accuracy": round(sum(accuracies) / len(accuracies), 6) if accuracies else None,
+        "error_rate": round(
+            sum(v.get("error_type") == "transport" for vs in verdicts.values() for v in vs)
+            / cases, 6) if cases else None,
+    }  # fmt: skip
+    return {"overall": overall, "by_category": by_category}
+
+
+def evaluate_bfcl(
+    endpoint: str,
+    model: str,
+    out: Path,
+    categories: Sequence[str],
+    concurrency: int = 16,
+    limit: int | None = None,
+    progress: bool = True,
+    root: Path | None = None,
+    max_tokens: int = 1024,
+) -> EvalReport:
+    unknown = [c for c in categories if c not in SUPPORTED]
+    if unknown:
+        raise ValueError(
+            f"unsupported BFCL categories {unknown}; supported: {', '.join(SUPPORTED)}"
+        )
+    api = load_bfcl(root)
+    chat = ChatClient(endpoint, model, sampling={"temperature": 0.0, "max_tokens": max_tokens})
+
+    async def go() -> dict[str, list[dict[str, Any]]]:
+        try:
+            return await run_bfcl(chat, api, categories, concurrency, limit, progress)
+        finally:
+            await chat.close()
+
+    started = time.perf_counter()
+    verdicts = asyncio.run(go())
+    wall = time.perf_counter() - started
+    key = json.dumps({"bfcl": api.version, "categories": list(categories), "limit": limit})
+    failures = [
+        {"category": c, **v} for c, vs in verdicts.items() for v in vs if not v.get("valid")
+    ]
+    report = EvalReport(
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        source=EvalSource(endpoint=endpoint, model=model, mode="chat",
+                          data_path=f"bfcl-eval {api.version}: {','.join(categories)}",
+                          data_sha256=hashlib.sha256(key.encode()).hexdigest(),
+                          dataset_version=f"bfcl-eval=={api.version}", max_turns=1,
+                          benchmark="bfcl"),
+        cases_total=sum(len(v) for v in verdicts.values()),
+        metrics=bfcl_metrics(verdicts),
+        failures=[{k: str(v)[:300] for k, v in f.items()} for f in failures[:50]],
+        harness={"wall_s": round(wall, 3)},
+    )  # fmt: skip
+    write_report(report, out)
+    return report
