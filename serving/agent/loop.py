@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,7 @@ NOT_EXECUTED = frozenset(
         "bare_call",
     }
 )
+logger = logging.getLogger(__name__)
 _CALL_MARKERS = ("<tool_call", "<function=")
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
@@ -246,6 +248,10 @@ class Agent:
                 trajectory.stop = "max_turns"
         except TransportError as exc:
             trajectory.stop, trajectory.error = "error", str(exc)
+        except Exception as exc:  # a bug must fail this episode, not a 5,000-case run
+            logger.exception("agent episode %s failed", session)
+            trajectory.stop = "error"
+            trajectory.error = f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
         trajectory.latency_s = time.perf_counter() - started
         return trajectory
 

@@ -9,6 +9,7 @@ fails to start, the old one keeps serving and the reload is retried on the next 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -86,4 +87,4 @@ class Switchboard:
                 logger.exception("champion lookup failed; keeping %s", self.current.version)
                 continue
             if version is not None and version != self.current.version:
-                await self.reload(lambda v=version: launch(v))  # type: ignore[misc]
+                await self.reload(functools.partial(launch, version))

@@ -237,3 +237,48 @@ def test_scripted_reload_switches_without_failed_requests(mcp: RunningServer) ->
     assert set(answers[switched:]) <= {"v1", "v2"} and len(answers) > 20
     with pytest.raises(OSError):  # the old backend was stopped after draining
         urllib.request.urlopen(v1_url.removesuffix("/v1") + "/health", timeout=2)
+
+
+def test_scripted_capacity_and_deadline_give_429_and_504(mcp: RunningServer) -> None:
+    def slow(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
+        time.sleep(0.8)
+        return Scripted(content="late")
+
+    with serve_in_thread(slow) as backend:
+        front = Door(FrontDoorConfig(max_concurrent=1, queue_timeout_s=0.2, request_timeout_s=0.5))
+        url = front.open(upstream_for(backend, mcp.url, "1"))
+        try:
+            body = b'{"messages": [{"role": "user", "content": "x"}]}'
+            results: list[int] = []
+            threads = [
+                threading.Thread(target=lambda: results.append(raw_post(url, body, None)[0]))
+                for _ in range(3)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            assert sorted(results) == [429, 429, 504]
+        finally:
+            front.close()
+
+
+def test_scripted_agent_bug_fails_one_request_not_the_server(mcp: RunningServer) -> None:
+    def broken_renderer(messages: Sequence[Message], tools: Sequence[Message]) -> str:
+        raise RuntimeError("template exploded")
+
+    def always_500(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
+        return Scripted(status=500, body="{}")
+
+    with serve_in_thread(always_500) as backend:
+        chat = ChatClient(backend, "scripted")
+        agent = Agent(chat, McpHttpClient(mcp.url), renderer=broken_renderer)
+        front = Door(FrontDoorConfig())
+        url = front.open(Upstream(version="1", agent=agent, stop=chat.close))
+        try:
+            status, payload = raw_post(url, b'{"messages": [{"role": "user", "content": "x"}]}')
+            assert status == 502 and "template exploded" in payload["error"]["message"]
+            with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=5) as r:
+                assert r.status == 200
+        finally:
+            front.close()
