@@ -273,3 +273,31 @@ def test_rows_with_broken_ground_truth_are_skipped_and_counted(data: Path, tmp_p
     case_set = load_cases(path)
     assert len(case_set.cases) == len(frame) - 1
     assert case_set.skipped[0].startswith("row 0:")
+
+
+def test_scripted_eval_cli_writes_the_report_and_fails_clearly_on_bad_data(
+    data: Path,
+    truths: dict[str, GroundTruth],
+    mcp: RunningServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from training.evaluation.cli import register_cli
+
+    app = typer.Typer()
+    register_cli(app)
+    monkeypatch.setenv("TOOLRL_MCP_URL", mcp.url)
+    out = tmp_path / "cli" / "report.json"
+    with serve_in_thread(oracle_script(truths)) as url:
+        base = ["eval", "--endpoint", url, "--model", "scripted", "--out", str(out), "--quiet"]
+        result = CliRunner().invoke(app, [*base, "--data", str(data)])
+        assert result.exit_code == 0, result.output
+        assert '"pass_rate": 1.0' in result.output
+        assert load_report(out).metrics["overall"]["pass_rate"] == 1.0
+        missing = CliRunner().invoke(app, [*base, "--data", str(tmp_path / "none.parquet")])
+        assert missing.exit_code == 2 and "no such file" in missing.output
+        both = CliRunner().invoke(app, [*base, "--data", str(data), "--bfcl", "simple_python"])
+        assert both.exit_code != 0 and "exactly one" in both.output
