@@ -51,8 +51,9 @@ def _from_cache(scan: Scan, block: str, start: int, end: int, syntax: CallSyntax
     entry: CachedCall | None = scan.registry.parse_cache.get(block)
     if entry is None:
         return False
-    call = scan.new_call(start, end, syntax)
-    call.name, call.arguments, call.cleaned, errors, call.shared = entry
+    name, arguments, cleaned, errors, shared = entry
+    call = ParsedCall(len(scan.calls), name, arguments, start, end, syntax, [], cleaned, shared)
+    scan.calls.append(call)
     for kind, detail in errors:
         scan.fail(call, kind, detail)
     return True

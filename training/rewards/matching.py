@@ -55,15 +55,25 @@ _FREE: Canon = ("free",)
 def call_key(
     name: str, arguments: Mapping[str, Any], free: frozenset[str] = frozenset()
 ) -> CallKey:
-    """The matching key of a call. Arguments named in `free` (free text such as a search
-    query, `ExpectedCall.free_arguments`) only need to be present and non-empty."""
-    if not free:
-        return (name, canonical(dict(arguments)))
-    items = sorted(
-        (str(key), _FREE if key in free and value not in (None, "") else canonical(value))
-        for key, value in arguments.items()
-    )
+    """The matching key of a call: `canonical` of its arguments, built inline for the flat
+    objects tool calls are. Arguments named in `free` (free text such as a search query,
+    `ExpectedCall.free_arguments`) only need to be present and non-empty."""
+    items: list[tuple[str, Canon]] = []
+    for key, value in arguments.items():
+        kind = type(value)
+        if free and key in free and value is not None and value != "":
+            canon = _FREE
+        elif kind is str:
+            canon = ("s", "".join(value.casefold().split()))
+        else:
+            canon = canonical(value)
+        items.append((str(key), canon))
+    items.sort(key=_first)  # keys are unique: values are never compared
     return (name, ("d", *items))
+
+
+def _first(item: tuple[str, Canon]) -> str:
+    return item[0]
 
 
 def match_calls(actual: Iterable[CallKey], expected: Iterable[CallKey]) -> tuple[int, int]:
