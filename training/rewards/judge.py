@@ -124,7 +124,7 @@ def parse_reply(content: str, count: int) -> tuple[list[float], list[str]]:
         try:
             index = int(str(entry.get("trajectory_id", "")).strip())
             score = float(entry["score"])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise JudgeReplyError(f"bad score entry: {str(entry)[:80]}") from exc
         if not 0.0 <= score <= 1.0:
             raise JudgeReplyError(f"score {score} outside [0, 1]")
