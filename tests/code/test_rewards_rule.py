@@ -253,3 +253,11 @@ def test_free_text_arguments_only_need_to_be_present() -> None:
 def test_exact_number_fast_path_agrees_with_full_number_matching(answer: str, hit: bool) -> None:
     out = compute_score("d", MATH_CALL + RESULT + answer, MATH)
     assert out["ground_truth_match"] == (2.5 if hit else 0.0)
+
+
+def test_huge_integers_in_arguments_do_not_break_matching() -> None:
+    from training.rewards.matching import call_key
+
+    huge = 10**400
+    assert call_key("f", {"n": huge}) == call_key("f", {"n": huge})
+    assert call_key("f", {"n": 100}) == call_key("f", {"n": 100.0})

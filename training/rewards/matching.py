@@ -25,21 +25,27 @@ _TOKEN = re.compile(
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
+def _number(value: float) -> Canon:
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float range: compare it exactly
+        return ("n", str(value))
+    return ("n", round(number, 6) if math.isfinite(number) else str(number))
+
+
 def canonical(value: Any) -> Canon:
     """A hashable form of a JSON value under the matching rules above."""
     kind = type(value)  # exact-type checks first: this runs for every argument of every call
     if kind is str:
         return ("s", "".join(value.casefold().split()))
     if kind is float or kind is int:
-        number = float(value)
-        return ("n", round(number, 6) if math.isfinite(number) else str(number))
+        return _number(value)
     if value is None:
         return ("z",)
     if isinstance(value, bool):
         return ("b", value)
     if isinstance(value, int | float):
-        number = float(value)
-        return ("n", round(number, 6) if math.isfinite(number) else str(number))
+        return _number(value)
     if isinstance(value, str):
         return ("s", "".join(value.casefold().split()))
     if isinstance(value, list | tuple):
