@@ -44,6 +44,11 @@ _SPACE = re.compile(r"\s*")
 _ROLE_WINDOW = 48
 
 
+def _skip_space(text: str, pos: int) -> int:
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos
+
+
 def _role_start(text: str, lo: int, block: int) -> int:
     """Start of the role word directly before an injected block, or -1 when none is there
     (so the loop cannot have injected it). Looks back a few characters only."""
@@ -57,50 +62,31 @@ def _role_start(text: str, lo: int, block: int) -> int:
     return -1
 
 
-class _CallMarks:
-    """Whether a call mark occurs in text[turn_start:pos], scanning each character once."""
-
-    __slots__ = ("found", "scanned", "text")
-
-    def __init__(self, text: str) -> None:
-        self.text, self.scanned, self.found = text, 0, False
-
-    def reset(self, turn_start: int) -> None:
-        self.scanned, self.found = turn_start, False
-
-    def seen_before(self, pos: int) -> bool:
-        if not self.found and pos > self.scanned:
-            # overlap by the mark length so a mark straddling the old boundary is found
-            lo = max(0, self.scanned - 16)
-            text = self.text
-            self.found = (
-                text.find("<tool_call", lo, pos) >= 0 or text.find("<function=", lo, pos) >= 0
-            )
-            self.scanned = pos
-        return self.found
-
-
-def _skip_space(text: str, pos: int) -> int:
-    match = _SPACE.match(text, pos)
-    return match.end() if match else pos
-
-
 def split_transcript(text: str) -> Transcript:
     """Split a decoded rollout into model turns and injected tool responses. Never raises.
-    Linear in the text length, whatever it contains. (`str.find` plus a regex on a small
-    window per block: measured faster than one regex over the whole text.)"""
+    Linear in the text length, whatever it contains: the search for a call mark in the
+    current turn resumes where it stopped (`scanned`), so many model-written blocks in one
+    turn do not rescan it. (`str.find` plus a small look-back window per block: measured
+    faster than one regex over the whole text.)"""
     if RESP_OPEN not in text:
         return Transcript(turns=[text])
     result = Transcript(turns=[])
-    marks = _CallMarks(text)
-    turn_start, search = 0, 0
+    size = len(text)
+    turn_start = search = scanned = 0
+    called = False
     while True:
         block = text.find(RESP_OPEN, search)
         if block < 0:
             result.turns.append(text[turn_start:])
             return result
         role = _role_start(text, turn_start, block)
-        if role < 0 or not marks.seen_before(role):
+        if role >= 0 and not called and role > scanned:
+            lo = max(turn_start, scanned - 16)  # a mark may straddle the old boundary
+            called = (
+                text.find("<tool_call", lo, role) >= 0 or text.find("<function=", lo, role) >= 0
+            )
+            scanned = role
+        if role < 0 or not called:
             result.errors.append(
                 FormatError(
                     FormatErrorKind.HALLUCINATED_TOOL_RESPONSE,
@@ -120,7 +106,7 @@ def split_transcript(text: str) -> Transcript:
             if close < 0:
                 responses.append(text[pos + len(RESP_OPEN) :])
                 result.truncated_tool_response = True
-                pos = len(text)
+                pos = size
                 break
             responses.append(text[pos + len(RESP_OPEN) : close].strip())
             pos = _skip_space(text, close + len(RESP_CLOSE))
@@ -128,11 +114,11 @@ def split_transcript(text: str) -> Transcript:
         result.tool_responses.append(responses)
         if text.startswith(_NEXT_ROLE, pos):
             pos += len(_NEXT_ROLE)
-        if _skip_space(text, pos) >= len(text):
+        if _skip_space(text, pos) >= size:
             result.ended_in_tool_response = True
             return result
-        turn_start = search = pos
-        marks.reset(turn_start)
+        turn_start = search = scanned = pos
+        called = False
 
 
 def visible_text(turn: str) -> str:
