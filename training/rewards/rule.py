@@ -33,6 +33,7 @@ from training.data.schema import Category, GroundTruth
 from training.parsing import (
     SYNTAX_KINDS,
     ParsedCall,
+    ParseResult,
     ToolRegistry,
     catalog_registry,
     parse_tool_calls,
@@ -170,7 +171,7 @@ def _looks_like_error(response: str) -> bool:
     return "error" in head or "invalid" in head or "unknown function" in head
 
 
-def _count_retries(turn_calls: list[list[ParsedCall]], responses: list[list[str]]) -> int:
+def _count_retries(parsed: list[ParseResult], responses: list[list[str]]) -> int:
     """Valid calls repeating a call whose turn got an error response: retries, not extras."""
     failed_turns: set[int] = set()
     for index, turn in enumerate(responses):
@@ -182,8 +183,8 @@ def _count_retries(turn_calls: list[list[ParsedCall]], responses: list[list[str]
         return 0
     failed: set[CallKey] = set()
     retries = 0
-    for index, calls in enumerate(turn_calls):
-        keys = [_key(c, c.cleaned) for c in calls if c.cleaned is not None]
+    for index, turn in enumerate(parsed):
+        keys = [_key(c, c.cleaned) for c in turn.calls if c.cleaned is not None]
         retries += sum(1 for key in keys if key in failed)
         if index in failed_turns:
             failed.update(keys)
@@ -293,7 +294,7 @@ def score_rollout(
         answer = visible_text(last_turn).strip()
     result.finished = bool(answer)
 
-    retries = _count_retries([p.calls for p in parsed], transcript.tool_responses)
+    retries = _count_retries(parsed, transcript.tool_responses) if transcript.tool_responses else 0
     result.tool_alignment, result.matched_calls = _alignment(calls, retries, truth, weights)
     result.ground_truth_match = _ground_truth_credit(
         answer, bool(calls), result.matched_calls, truth, weights
