@@ -174,8 +174,8 @@ def _looks_like_error(response: str) -> bool:
 def _count_retries(parsed: list[ParseResult], responses: list[list[str]]) -> int:
     """Valid calls repeating a call whose turn got an error response: retries, not extras."""
     failed_turns: set[int] = set()
-    for index, turn in enumerate(responses):
-        for response in turn:
+    for index, block in enumerate(responses):
+        for response in block:
             if _looks_like_error(response):
                 failed_turns.add(index)
                 break
@@ -183,8 +183,8 @@ def _count_retries(parsed: list[ParseResult], responses: list[list[str]]) -> int
         return 0
     failed: set[CallKey] = set()
     retries = 0
-    for index, turn in enumerate(parsed):
-        keys = [_key(c, c.cleaned) for c in turn.calls if c.cleaned is not None]
+    for index, result in enumerate(parsed):
+        keys = [_key(c, c.cleaned) for c in result.calls if c.cleaned is not None]
         retries += sum(1 for key in keys if key in failed)
         if index in failed_turns:
             failed.update(keys)
