@@ -20,6 +20,7 @@ import pytest
 
 from training.rewards.config import JudgeConfig, RuleWeights
 from training.rewards.judge import GroupJudge, combine
+from training.rewards.samples import render_hermes, tool_turn
 
 pytestmark = pytest.mark.integration
 
@@ -265,3 +266,77 @@ def test_combination_is_configurable() -> None:
     assert combine(2.0, 0.5, 1.0, weights) == 0.0
     assert combine(2.0, None, 1.0, weights) == 2.0
     assert JudgeConfig.from_env({"RULER_CONCURRENT_CHUNKS": "3"}).concurrent_chunks == 3
+
+
+# --- the judge inside verl's per-rollout reward calls (training.rewards.judged) -----------
+
+GT = (
+    '{"answers": ["9472"], "category": "single", "schema_version": 1, "steps": '
+    '[[{"arguments": {"expression": "256*37"}, "name": "calculate_math"}]]}'
+)
+
+
+@pytest.fixture
+def judged_env(server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedServer]:
+    from training.rewards import judged
+
+    monkeypatch.setenv("RULER_BASE_URL", server.url)
+    monkeypatch.setenv("RULER_JUDGE_WEIGHT", "1.0")
+    monkeypatch.setenv("RULER_MAX_RETRIES", "0")
+    monkeypatch.setenv("RULER_TIMEOUT_S", "2")
+    judged._STATE.clear()
+    yield server
+    judged._STATE.clear()
+
+
+def rollout(quality: str) -> str:
+    call = render_hermes("calculate_math", {"expression": "256*37"})
+    return f"{call}{tool_turn(['9472'])}It is 9472. quality={quality}"
+
+
+def judged_scores(calls: list[tuple[int, str]], **kwargs: Any) -> list[dict[str, Any]]:
+    from training.rewards.judged import compute_score_judged
+
+    async def run() -> list[dict[str, Any]]:
+        return list(
+            await asyncio.gather(
+                *(
+                    compute_score_judged("d", rollout(q), GT, {"index": index}, **kwargs)
+                    for index, q in calls
+                )
+            )
+        )
+
+    return asyncio.run(run())
+
+
+def test_judged_reward_against_scripted_openai_server_judges_each_group_once(
+    judged_env: ScriptedServer,
+) -> None:
+    calls = [(7, "0.9"), (8, "0.1"), (7, "0.3"), (8, "0.6")]
+    out = judged_scores(calls, group_size=2, group_wait_s=5.0)
+    assert len(judged_env.requests) == 2  # one request per prompt
+    assert [o["judge_score"] for o in out] == [0.9, 0.1, 0.3, 0.6]
+    assert [o["rule_score"] for o in out] == [3.0] * 4
+    assert out[0]["score"] == pytest.approx(-3.0 + 0.9 * 6.0)
+    assert all(o["judge_fallback"] == 0.0 for o in out)
+
+
+def test_judged_reward_against_scripted_openai_server_partial_group_waits_then_judges(
+    judged_env: ScriptedServer,
+) -> None:
+    start = time.perf_counter()
+    out = judged_scores([(1, "0.5"), (1, "0.7")], group_size=8, group_wait_s=0.3)
+    assert 0.25 < time.perf_counter() - start < 2.0
+    assert len(judged_env.requests) == 1
+    assert [o["judge_score"] for o in out] == [0.5, 0.7]
+
+
+def test_judged_reward_against_scripted_openai_server_falls_back_to_rule_scores(
+    judged_env: ScriptedServer,
+) -> None:
+    judged_env.script = lambda body: (200, completion("no idea"), 0.0)
+    out = judged_scores([(3, "0.5"), (3, "0.7")], group_size=2)
+    assert [o["score"] for o in out] == [3.0, 3.0]
+    assert [o["judge_fallback"] for o in out] == [1.0, 1.0]
+    assert [o["judge_score"] for o in out] == [-1.0, -1.0]

@@ -8,7 +8,12 @@ whole path verl takes from config to score is exercised on CPU.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +123,77 @@ def test_verl_naive_reward_manager_scores_a_rollout_with_our_function() -> None:
     assert extra["tool_alignment"] == 0.5
     assert extra["ground_truth_match"] == 2.5
     assert extra["malformed_calls"] == 0.0
+
+
+class _FixedJudge(BaseHTTPRequestHandler):
+    """A scripted OpenAI-compatible judge: every trajectory scores 0.75."""
+
+    requests = 0
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ids = re.findall(r'<trajectory id="(\d+)">', body["messages"][-1]["content"])
+        scores = [{"trajectory_id": i, "explanation": "ok", "score": 0.75} for i in ids]
+        content = json.dumps({"scores": scores})
+        payload = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
+        type(self).requests += 1
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_verl_naive_manager_runs_the_group_judge_against_scripted_openai_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from training.rewards import judged
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FixedJudge)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setenv("RULER_BASE_URL", f"http://127.0.0.1:{httpd.server_address[1]}/v1")
+    monkeypatch.setenv("RULER_JUDGE_WEIGHT", "0.5")
+    judged._STATE.clear()
+    try:
+        config = compose_config(
+            [
+                f"reward.custom_reward_function.path={ENTRY}",
+                "reward.custom_reward_function.name=compute_score_judged",
+                "reward.reward_manager.name=naive",
+                "+reward.custom_reward_function.reward_kwargs.group_size=2",
+            ]
+        )
+        manager = load_reward_manager(config, CharTokenizer())
+        tokenizer = CharTokenizer()
+        prompt = tokenizer.encode("user: what is 256*37?\nassistant\n")
+        text = render_hermes("calculate_math", {"expression": "256*37"})
+        text += tool_turn(['{"result": 9472}']) + "256*37 = 9472"
+        response = tokenizer.encode(text)
+        data = DataProto.from_dict(
+            tensors={
+                "prompts": torch.tensor([prompt]),
+                "responses": torch.tensor([response]),
+                "attention_mask": torch.tensor([[1] * (len(prompt) + len(response))]),
+            },
+            non_tensors={
+                "data_source": np.array(["toolrl/synthetic"], dtype=object),
+                "reward_model": np.array([{"ground_truth": GT}], dtype=object),
+                "extra_info": np.array([{"index": 5}], dtype=object),
+            },
+        )
+
+        async def both() -> list[dict[str, Any]]:
+            return list(await asyncio.gather(manager.run_single(data), manager.run_single(data)))
+
+        results = manager.loop.run_until_complete(both())
+    finally:
+        httpd.shutdown()
+        judged._STATE.clear()
+    assert _FixedJudge.requests == 1  # the two rollouts of prompt 5 were judged together
+    for result in results:
+        # 0.5 x rule 3.0 + 0.5 x (judge 0.75 on [-3, 3] = 1.5)
+        assert result["reward_score"] == pytest.approx(2.25)
+        assert result["reward_extra_info"]["rule_score"] == 3.0
+        assert result["reward_extra_info"]["judge_fallback"] == 0.0

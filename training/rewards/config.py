@@ -72,7 +72,8 @@ class JudgeConfig(BaseModel):
 
     `from_env()` reads the variables the reference notes use (`RULER_JUDGE_MODEL`,
     `RULER_MAX_SUB_BATCH`, `RULER_CONCURRENT_CHUNKS`, `RULER_MAX_COMPLETION_TOKENS`) plus
-    `RULER_BASE_URL`/`OPENAI_BASE_URL` and `RULER_API_KEY`/`OPENAI_API_KEY`.
+    `RULER_BASE_URL`/`OPENAI_BASE_URL`, `RULER_API_KEY`/`OPENAI_API_KEY`, `RULER_JUDGE_WEIGHT`,
+    `RULER_TIMEOUT_S`, `RULER_MAX_RETRIES` and `RULER_BACKOFF_S`.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -116,6 +117,8 @@ class JudgeConfig(BaseModel):
             "api_key": ("RULER_API_KEY", "OPENAI_API_KEY"),
             "judge_weight": ("RULER_JUDGE_WEIGHT",),
             "timeout_s": ("RULER_TIMEOUT_S",),
+            "max_retries": ("RULER_MAX_RETRIES",),
+            "backoff_s": ("RULER_BACKOFF_S",),
         }
         for field_name, names in mapping.items():
             for name in names:
