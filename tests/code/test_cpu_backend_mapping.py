@@ -1,0 +1,102 @@
+"""TrainingSpec -> TRL GRPOConfig: every knob the CPU backend honours lands where TRL reads
+it, and TRL's own config validation accepts the result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training.cpu_backend.grpo import LOSS_TYPES, grpo_arguments
+from training.cpu_backend.run import resolve_model, resolve_paths
+from training.spec.model import TrainingSpec, load_spec
+
+SPEC_FILE = Path(__file__).resolve().parents[2] / "training" / "specs" / "cpu_tiny.yaml"
+
+
+def make_spec(**sections: Any) -> TrainingSpec:
+    base: dict[str, Any] = {
+        "name": "t",
+        "model": {"path": "tiny://hermes", "call_format": "hermes"},
+        "data": {"train_files": ["a"], "test_files": ["b"], "train_batch_size": 4},
+        "batch": {"ppo_mini_batch_size": 4},
+    }
+    base.update(sections)
+    return TrainingSpec.model_validate(base)
+
+
+def test_demo_spec_maps_onto_a_valid_trl_config(tmp_path: Path) -> None:
+    from trl.trainer.grpo_config import GRPOConfig
+
+    spec = load_spec(SPEC_FILE)
+    args = grpo_arguments(spec, tmp_path)
+    config = GRPOConfig(**args)  # TRL validates batch/generation divisibility itself
+    assert config.num_generations == spec.rollout.n == 4
+    assert config.per_device_train_batch_size == spec.cpu.prompts_per_step * spec.rollout.n
+    assert config.generation_batch_size == config.per_device_train_batch_size  # on-policy
+    assert config.importance_sampling_level == "sequence"  # gspo
+    assert config.beta == pytest.approx(spec.algorithm.kl_loss_coef)
+    assert config.epsilon == pytest.approx(3e-4)
+    assert config.epsilon_high == pytest.approx(4e-4)
+    assert config.max_tool_calling_iterations == spec.rollout.max_turns - 1
+    assert config.max_steps == spec.cpu.grpo_steps
+    assert config.save_steps == spec.checkpoint.save_freq
+    assert config.loss_type == "grpo"
+    assert config.chat_template_kwargs == {"enable_thinking": False}
+    assert config.use_cpu is True and config.bf16 is False
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "level", "beta"),
+    [
+        ({"loss": "gspo", "use_kl_loss": True, "kl_loss_coef": 0.01}, "sequence", 0.01),
+        ({"loss": "vanilla", "use_kl_loss": False, "kl_loss_coef": 0.01}, "token", 0.0),
+    ],
+)
+def test_loss_and_kl_follow_the_algorithm_section(
+    tmp_path: Path, algorithm: dict[str, Any], level: str, beta: float
+) -> None:
+    spec = make_spec(
+        algorithm={**algorithm, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28},
+        rollout={"n": 2, "max_turns": 3, "temperature": 0.7, "top_p": 0.9},
+    )
+    args = grpo_arguments(spec, tmp_path)
+    assert args["importance_sampling_level"] == level
+    assert args["beta"] == beta
+    assert (args["epsilon"], args["epsilon_high"]) == (0.2, 0.28)
+    assert (args["temperature"], args["top_p"]) == (0.7, 0.9)
+    assert args["max_tool_calling_iterations"] == 2
+
+
+@pytest.mark.parametrize(("mode", "loss_type"), sorted(LOSS_TYPES.items()))
+def test_every_loss_aggregation_has_a_trl_loss_type(
+    tmp_path: Path, mode: str, loss_type: str
+) -> None:
+    from trl.trainer.grpo_config import GRPOConfig
+
+    spec = make_spec(algorithm={"loss_agg_mode": mode})
+    config = GRPOConfig(**grpo_arguments(spec, tmp_path))
+    assert config.loss_type == loss_type
+
+
+def test_relative_paths_resolve_against_the_workdir(tmp_path: Path) -> None:
+    spec = resolve_paths(load_spec(SPEC_FILE), tmp_path)
+    assert spec.data.train_files == [str(tmp_path / "data" / "train.parquet")]
+    remote = make_spec(data={"train_files": ["s3://b/t.parquet"], "test_files": ["/abs/x"]})
+    resolved = resolve_paths(remote, tmp_path)
+    assert resolved.data.train_files == ["s3://b/t.parquet"]
+    assert resolved.data.test_files == ["/abs/x"]
+
+
+def test_tiny_scheme_must_agree_with_the_call_format(tmp_path: Path) -> None:
+    spec = make_spec(model={"path": "tiny://qwen3_coder", "call_format": "hermes"})
+    with pytest.raises(ValueError, match="call format"):
+        resolve_model(spec, tmp_path)
+    plain = make_spec(model={"path": "/models/qwen", "call_format": "hermes"})
+    assert resolve_model(plain, tmp_path) == Path("/models/qwen")
+
+
+def test_cpu_section_rejects_unknown_keys() -> None:
+    with pytest.raises(ValueError, match="sft_stepz"):
+        make_spec(cpu={"sft_stepz": 3})

@@ -1,0 +1,286 @@
+"""GRPO on CPU with TRL, mapped from the TrainingSpec.
+
+What TRL does here, as verl does on GPU: `rollout.n` samples per prompt with multi-turn
+tool calling (the MCP tools, one session per rollout, see `tools.py`), the project's reward
+on the verl-style transcript (`reward.py`), group-normalised advantages, the GSPO
+(sequence-level ratio) or PPO-clip loss, optional KL to the frozen SFT model, and the loss
+on model tokens only (TRL's `tool_mask` zeroes the tool responses it injected).
+
+One GRPO step = one batch of `cpu.prompts_per_step` prompts x `rollout.n` rollouts and one
+optimizer step on it (on-policy, like verl with one mini-batch per step).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from transformers import TrainerCallback
+from trl.trainer.grpo_trainer import GRPOTrainer
+
+from training.cpu_backend.checkpoints import (
+    LayoutCallback,
+    actor_path,
+    latest_complete_step,
+    read_data_state,
+)
+from training.cpu_backend.generation import generate
+from training.cpu_backend.prefix import completion_logps
+from training.cpu_backend.reward import ProjectReward
+from training.cpu_backend.tools import (
+    McpToolRunner,
+    ToolSchema,
+    environment_class,
+    render_with_schemas,
+)
+from training.spec.model import TrainingSpec
+
+#: verl's `actor.loss_agg_mode` -> TRL's `loss_type` (how token losses become one number).
+LOSS_TYPES = {
+    "token-mean": "dapo",  # mean over every model token of the batch
+    "seq-mean-token-mean": "grpo",  # mean per sequence, then over sequences
+    "seq-mean-token-sum-norm": "dr_grpo",  # token sum / a constant length, over sequences
+    "seq-mean-token-sum": "dr_grpo",  # same up to that constant
+}
+
+
+def grpo_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
+    """The spec as `GRPOConfig` keyword arguments (pure: tested without building one)."""
+    algo, rollout, cpu = spec.algorithm, spec.rollout, spec.cpu
+    return {
+        "output_dir": str(output_dir),
+        "max_steps": cpu.grpo_steps,
+        "learning_rate": cpu.grpo_lr,
+        "weight_decay": spec.optim.weight_decay,
+        "max_grad_norm": spec.optim.grad_clip,
+        "warmup_steps": spec.optim.warmup_steps,
+        "lr_scheduler_type": "constant_with_warmup",
+        "per_device_train_batch_size": cpu.prompts_per_step * rollout.n,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": 1,
+        "num_iterations": 1,
+        "num_generations": rollout.n,
+        "max_completion_length": cpu.max_completion_length,
+        "max_tool_calling_iterations": rollout.max_turns - 1,
+        "temperature": rollout.temperature,
+        "top_p": rollout.top_p,
+        "chat_template_kwargs": {"enable_thinking": spec.model.enable_thinking},
+        "importance_sampling_level": "sequence" if algo.loss == "gspo" else "token",
+        "loss_type": LOSS_TYPES[algo.loss_agg_mode],
+        "epsilon": algo.clip_ratio_low,
+        "epsilon_high": algo.clip_ratio_high,
+        "beta": algo.kl_loss_coef if algo.use_kl_loss else 0.0,
+        "entropy_coef": algo.entropy_coeff,
+        "scale_rewards": "group",
+        "shuffle_dataset": True,
+        "seed": cpu.seed,
+        "data_seed": cpu.seed,
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": spec.checkpoint.save_freq,
+        "save_total_limit": None,
+        "report_to": [],
+        "use_cpu": True,
+        "bf16": False,
+        "fp16": False,
+        "gradient_checkpointing": False,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+        "remove_unused_columns": False,
+    }
+
+
+def grpo_rows(train_file: Path) -> list[dict[str, Any]]:
+    """Train rows as TRL reads them: chat prompt, ground truth, row index (for sessions)."""
+    frame = pd.read_parquet(train_file, columns=["prompt", "reward_model", "extra_info"])
+    return [
+        {
+            "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt],
+            "reward_model": {"ground_truth": str(reward["ground_truth"])},
+            "extra_info": {"index": int(extra["index"]), "split": str(extra["split"])},
+        }
+        for prompt, reward, extra in zip(
+            frame["prompt"], frame["reward_model"], frame["extra_info"], strict=True
+        )
+    ]
+
+
+@dataclass
+class GrpoResult:
+    model_dir: Path
+    final_step: int
+    planned_steps: int
+    steps_trained: int
+    seconds: float
+    tokens: int
+    drift_stopped: bool
+    resumed_from: int | None
+    rewards: list[float] = field(default_factory=list)
+    malformed_history: list[float] = field(default_factory=list)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps_trained / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class SharedPrefixGRPOTrainer(GRPOTrainer):
+    """TRL's GRPO trainer with its two token-heavy parts computed once per shared prefix:
+    rollouts (`generation.generate`: the tool prompt prefilled once, each GRPO group decoded
+    as one unpadded batch) and the log-probabilities of the loss, the old policy and the
+    reference (`prefix.completion_logps`). Same numbers as TRL's paths, a fraction of the
+    tokens; anything with images falls back to TRL."""
+
+    def _generate_single_turn(
+        self,
+        prompt_ids: list[list[int]],
+        images: Any,
+        multimodal_fields: Any,
+        num_generations: int,
+        has_tool_images: bool = False,
+    ) -> tuple[list[list[int]], None]:
+        if self.use_vllm or images is not None or has_tool_images or multimodal_fields:
+            return super()._generate_single_turn(  # type: ignore[no-untyped-call,no-any-return]
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        model = self.accelerator.unwrap_model(self.model)
+        was_training = model.training
+        model.eval()
+        try:
+            completions = generate(
+                model,
+                prompt_ids,
+                int(self.max_completion_length or 256),
+                set(self.eos_token_ids),
+                temperature=self.temperature,
+                top_p=self.top_p,
+            )
+        finally:
+            model.train(was_training)
+        return completions, None
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: Any,
+        attention_mask: Any,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **multimodal: Any,
+    ) -> tuple[Any, Any, Any]:
+        if compute_aux_loss or any(value is not None for value in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(  # type: ignore[no-any-return]
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **multimodal,
+            )
+        logps, entropies = completion_logps(
+            model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy
+        )
+        return logps, entropies, None
+
+
+class _TokenMeter(TrainerCallback):
+    """Tokens seen before this process started (a resumed state counts earlier ones)."""
+
+    tokens_at_start = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.tokens_at_start = int(state.num_input_tokens_seen)
+        return control
+
+
+def _drift_callback(reward: ProjectReward) -> Any:
+    class DriftGuard(TrainerCallback):
+        """Stops the run when the malformed-call rate stays above the threshold."""
+
+        stopped = False
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if reward.drifting:
+                DriftGuard.stopped = True
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+    return DriftGuard()
+
+
+def run_grpo(
+    spec: TrainingSpec,
+    start_model: Path,
+    train_file: Path,
+    run_dir: Path,
+    runner: McpToolRunner,
+    schemas: list[ToolSchema],
+    callbacks: list[Any] | None = None,
+) -> GrpoResult:
+    """GRPO from `start_model` (the SFT output), resuming from `run_dir` when it holds a
+    complete checkpoint; checkpoints go to `run_dir/global_step_N` (verl's layout)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl.trainer.grpo_config import GRPOConfig
+
+    planned = spec.cpu.grpo_steps
+    resume = latest_complete_step(run_dir)
+    reward_config = spec.reward.model_copy(update={"call_format": spec.model.call_format})
+    tokenizer = render_with_schemas(AutoTokenizer.from_pretrained(str(start_model)), schemas)
+    reward = ProjectReward(
+        tokenizer, reward_config, spec.drift.max_malformed_rate, spec.drift.window
+    )
+    if resume is not None:
+        reward.malformed_history = list(read_data_state(run_dir, resume).get("malformed", []))
+    if resume is not None and resume >= planned:
+        return GrpoResult(actor_path(run_dir, resume), resume, planned, 0, 0.0, 0, False, resume)
+    args = GRPOConfig(**grpo_arguments(spec, run_dir / ".trainer"))
+    layout = LayoutCallback(
+        run_dir,
+        spec.checkpoint.keep,
+        spec.cpu.prompts_per_step,
+        spec.checkpoint.s3_uri,
+        lambda: {"malformed": list(reward.malformed_history)},
+    )
+    drift = _drift_callback(reward)
+    meter = _TokenMeter()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*environment_factory.*")
+        trainer = SharedPrefixGRPOTrainer(
+            model=str(start_model),
+            reward_funcs=[reward],  # type: ignore[list-item]
+            args=args,
+            train_dataset=Dataset.from_list(grpo_rows(train_file)),
+            processing_class=tokenizer,
+            environment_factory=environment_class(runner, schemas),
+            callbacks=[layout, drift, meter, *(callbacks or [])],
+        )
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(actor_path(run_dir, resume)) if resume else None)
+    seconds = time.perf_counter() - start
+    final = latest_complete_step(run_dir) or trainer.state.global_step
+    rewards = [float(e["reward"]) for e in trainer.state.log_history if "reward" in e]
+    return GrpoResult(
+        model_dir=actor_path(run_dir, final),
+        final_step=final,
+        planned_steps=planned,
+        steps_trained=trainer.state.global_step - (resume or 0),
+        seconds=seconds,
+        tokens=int(trainer.state.num_input_tokens_seen) - meter.tokens_at_start,
+        drift_stopped=bool(drift.stopped),
+        resumed_from=resume,
+        rewards=rewards,
+        malformed_history=list(reward.malformed_history),
+    )

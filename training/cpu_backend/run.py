@@ -1,0 +1,302 @@
+"""`run_local(spec, workdir)`: the whole CPU training stage, resumable at every point.
+
+Order: resolve the base model (`tiny://<call_format>` builds the tiny Qwen3 locally), start
+a mock-mode MCP server on loopback (or use `tools.server_url`), quick eval of the base
+model, SFT warm start, quick eval, GRPO, quick eval, export the final model as a Hugging
+Face directory, write the run manifest last. Each finished piece leaves a file behind
+(`sft/final/COMPLETE`, `global_step_N/COMPLETE`, `eval_<stage>.json`), so a killed run
+started again skips what is done and continues the rest from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from training.cpu_backend.grpo import run_grpo
+from training.cpu_backend.metrics import EvalResult, evaluate
+from training.cpu_backend.sft import run_sft
+from training.cpu_backend.tools import McpToolRunner, ToolSchema
+from training.cpu_backend.tracking import LogCallback, Tracker
+from training.spec.model import TrainingSpec
+
+logger = logging.getLogger(__name__)
+
+TINY_SCHEME = "tiny://"
+"""`model.path: tiny://hermes` (or `tiny://qwen3_coder`): build the tiny Qwen3 for that
+call format in `<workdir>/base_model` instead of loading a model."""
+REPORT = "cpu_report.json"
+"""Written to the workdir beside the job's `result.json`: timings, speeds, losses, rewards
+and the quick eval before training, after SFT and after GRPO."""
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+)
+
+
+def resolve_model(spec: TrainingSpec, workdir: Path) -> Path:
+    """The base model directory; a `tiny://` model is built once (atomically)."""
+    path = spec.model.path
+    if not path.startswith(TINY_SCHEME):
+        return Path(path)
+    from training.model.tiny import TinyModelConfig, build_tiny_model
+
+    call_format = path[len(TINY_SCHEME) :] or spec.model.call_format
+    if call_format != spec.model.call_format:
+        raise ValueError(
+            f"model.path {path!r} names call format {call_format!r} but model.call_format is "
+            f"{spec.model.call_format!r}"
+        )
+    target = workdir / "base_model"
+    if (target / "model.safetensors").is_file():
+        return target
+    scratch = workdir / ".base_model.tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    build_tiny_model(
+        scratch, TinyModelConfig(call_format=spec.model.call_format, seed=spec.cpu.seed)
+    )
+    shutil.rmtree(target, ignore_errors=True)
+    scratch.rename(target)
+    return target
+
+
+@contextmanager
+def tool_server(spec: TrainingSpec) -> Iterator[str]:
+    """The MCP endpoint for the run: a private mock-mode server, or the spec's URL."""
+    if spec.cpu.mcp == "external":
+        yield spec.tools.server_url
+        return
+    from serving.mcp_server.config import ServerConfig
+    from serving.mcp_server.server import start
+
+    with start(ServerConfig(mode="mock", port=0, workers=1, log_level="warning")) as server:
+        yield server.url
+
+
+def eval_rows(spec: TrainingSpec) -> list[dict[Any, Any]]:
+    """A seeded sample of the held-out split (the same rows for every stage)."""
+    if spec.cpu.eval_rows == 0:
+        return []
+    frame = pd.read_parquet(spec.data.test_files[0])
+    records = frame.to_dict("records")
+    random.Random(spec.cpu.seed).shuffle(records)
+    return records[: spec.cpu.eval_rows]
+
+
+def quick_eval(
+    spec: TrainingSpec,
+    model_dir: Path,
+    rows: list[dict[str, Any]],
+    schemas: list[ToolSchema],
+    runner: McpToolRunner,
+    cache_file: Path,
+) -> dict[str, Any]:
+    """The quick eval of one stage, cached in `cache_file` (a resumed run reuses it)."""
+    if cache_file.is_file():
+        cached: dict[str, Any] = json.loads(cache_file.read_text(encoding="utf-8"))
+        return cached
+    if not rows:
+        return {}
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    reward_config = spec.reward.model_copy(update={"call_format": spec.model.call_format})
+    result: EvalResult = evaluate(
+        model,
+        tokenizer,
+        rows,
+        schemas,
+        lambda name, args, session: runner.call(name, args, session),
+        reward_config,
+        max_turns=spec.rollout.max_turns,
+        max_new_tokens=spec.cpu.eval_max_new_tokens,
+        batch_size=spec.cpu.eval_batch_size,
+        enable_thinking=spec.model.enable_thinking,
+    )
+    payload = asdict(result)
+    _write_json(cache_file, payload)
+    return payload
+
+
+def export_model(source: Path, target: Path) -> Path:
+    """The final weights and tokenizer as a plain Hugging Face directory (no optimizer)."""
+    scratch = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    for name in MODEL_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, scratch / name)
+    shutil.rmtree(target, ignore_errors=True)
+    scratch.rename(target)
+    return target
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _dataset_version(spec: TrainingSpec) -> str | None:
+    if spec.data.dataset_version:
+        return spec.data.dataset_version
+    manifest = Path(spec.data.train_files[0]).parent / "manifest.json"
+    try:
+        version = json.loads(manifest.read_text(encoding="utf-8")).get("dataset_version")
+    except (OSError, ValueError):
+        return None
+    return str(version) if version else None
+
+
+def _eval_metrics(stage: str, payload: dict[str, Any]) -> dict[str, float]:
+    keys = (
+        "parseable_rate",
+        "tool_selection",
+        "exact_arguments",
+        "ground_truth_match",
+        "malformed_rate",
+        "mean_reward",
+        "seconds",
+    )
+    return {f"eval/{stage}/{k}": float(payload[k]) for k in keys if k in payload}
+
+
+def resolve_paths(spec: TrainingSpec, workdir: Path) -> TrainingSpec:
+    """Relative data paths resolve against the workdir (so a spec file is portable)."""
+
+    def absolute(path: str) -> str:
+        return path if "://" in path or Path(path).is_absolute() else str(workdir / path)
+
+    data = spec.data.model_copy(
+        update={
+            "train_files": [absolute(p) for p in spec.data.train_files],
+            "test_files": [absolute(p) for p in spec.data.test_files],
+        }
+    )
+    return spec.model_copy(update={"data": data})
+
+
+def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
+    """Run (or resume) the CPU training stage; returns the result the DAG and gate read."""
+    import torch
+
+    torch.set_num_threads(spec.cpu.threads)
+    torch.manual_seed(spec.cpu.seed)
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(spec.checkpoint.run_dir)
+    run_dir = run_dir if run_dir.is_absolute() else workdir / run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = resolve_paths(spec, workdir)
+    train_file = Path(spec.data.train_files[0])
+    timings: dict[str, float] = {}
+    with ExitStack() as stack:
+        url = stack.enter_context(tool_server(spec))
+        runner = McpToolRunner(url, spec.tools.timeout_s)
+        stack.callback(runner.close)
+        tracker = stack.enter_context(Tracker(spec))
+        schemas = runner.list_tools()
+        rows = eval_rows(spec)
+
+        clock = time.perf_counter()
+        base = resolve_model(spec, workdir)
+        timings["build_model_s"] = time.perf_counter() - clock
+
+        evals: dict[str, dict[str, Any]] = {}
+        evals["before"] = quick_eval(
+            spec, base, rows, schemas, runner, run_dir / "eval_before.json"
+        )
+        sft = run_sft(spec, base, train_file, run_dir, schemas, [LogCallback(tracker, "train/sft")])
+        timings["sft_s"] = sft.seconds
+        evals["sft"] = quick_eval(
+            spec, sft.model_dir, rows, schemas, runner, run_dir / "eval_sft.json"
+        )
+        grpo = run_grpo(
+            spec,
+            sft.model_dir,
+            train_file,
+            run_dir,
+            runner,
+            schemas,
+            [LogCallback(tracker, "train")],
+        )
+        timings["grpo_s"] = grpo.seconds
+        evals["grpo"] = quick_eval(
+            spec, grpo.model_dir, rows, schemas, runner, run_dir / "eval_grpo.json"
+        )
+        timings["eval_s"] = sum(float(e.get("seconds", 0.0)) for e in evals.values())
+        model_dir = export_model(grpo.model_dir, workdir / "model")
+
+        speed = {
+            "train/sft/steps_per_s": sft.steps_per_s,
+            "train/sft/tokens_per_s": sft.tokens_per_s,
+            "train/steps_per_s": grpo.steps_per_s,
+            "train/tokens_per_s": grpo.tokens_per_s,
+        }
+        metrics: dict[str, float] = dict(speed)
+        for stage, payload in evals.items():
+            metrics.update(_eval_metrics(stage, payload))
+        tracker.log(metrics, step=grpo.final_step)
+        status = (
+            "drifted"
+            if grpo.drift_stopped
+            else ("succeeded" if grpo.final_step >= grpo.planned_steps else "incomplete")
+        )
+        last_rate = grpo.malformed_history[-1] if grpo.malformed_history else 0.0
+        result: dict[str, Any] = {
+            "schema_version": 1,
+            "status": status,
+            "final_step": grpo.final_step,
+            "planned_step": grpo.planned_steps,
+            "spec_hash": spec.spec_hash(),
+            "dataset_version": _dataset_version(spec),
+            "checkpoint_dir": str(run_dir),
+            "merged_model_dir": str(model_dir),
+            "drift": {
+                "malformed_rate": last_rate,
+                "max_malformed_rate": spec.drift.max_malformed_rate,
+                "window": float(spec.drift.window),
+                "stopped": float(grpo.drift_stopped),
+            },
+            "message": (
+                f"cpu-trl: sft {sft.steps} steps, grpo {grpo.steps_trained} steps this run "
+                f"(resumed from {grpo.resumed_from}); report in {REPORT}"
+            ),
+        }
+        report = {
+            "result": result,
+            "backend": "cpu-trl",
+            "spec_name": spec.name,
+            "resumed_from": {"sft": sft.resumed_from, "grpo": grpo.resumed_from},
+            "sft": {
+                "steps": sft.steps,
+                "first_loss": sft.first_loss,
+                "last_loss": sft.last_loss,
+                "dropped_rows": sft.dropped_rows,
+            },
+            "grpo": {
+                "steps_trained": grpo.steps_trained,
+                "rewards": grpo.rewards,
+                "malformed_history": grpo.malformed_history,
+            },
+            "timings": timings,
+            "metrics": metrics,
+            "evals": {k: {x: y for x, y in v.items() if x != "examples"} for k, v in evals.items()},
+        }
+        _write_json(workdir / REPORT, report)
+    return result

@@ -1,0 +1,256 @@
+"""SFT warm start: teach the tiny model the call format before RL asks it for rewards.
+
+A random tiny model never emits a parseable call, so every GRPO group would score the same
+and the advantages would be zero. A short SFT on the train split fixes that. Each example is
+the row's prompt followed by the trajectory its ground truth describes: one assistant turn
+per step with the expected calls, the tools' results as tool messages (the exact text the
+MCP server returns in mock mode), then a final answer that states the expected values (or,
+for irrelevance and clarification rows, answers directly or asks for the missing argument).
+
+Loss only on assistant tokens (`assistant_only_loss`, TRL's training template for Qwen with
+`{% generation %}` markers). No truncation: a row longer than `cpu.sft_max_length` tokens is
+dropped and counted, never cut (truncation keeps the start, so a limit shorter than the tool
+prompt would silently train on prompts without their answers).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from trl.trainer.sft_trainer import SFTTrainer
+
+from training.cpu_backend.checkpoints import (
+    LayoutCallback,
+    actor_path,
+    latest_complete_step,
+)
+from training.cpu_backend.prefix import causal_lm_loss
+from training.cpu_backend.tools import ToolSchema
+from training.data.schema import Category, GroundTruth
+from training.spec.model import TrainingSpec
+
+FINAL_DIR = "final"
+
+
+def tool_text(result: Any) -> str:
+    """A tool result as the MCP server's text content renders it (see serving/mcp_server)."""
+    return json.dumps(result, ensure_ascii=False, separators=(", ", ": "))
+
+
+def final_answer(truth: GroundTruth, language: str) -> str:
+    chinese = language.startswith("zh")
+    if truth.category is Category.CLARIFICATION:
+        missing = (truth.missing_argument or "details").replace("_", " ")
+        if chinese:
+            return f"请提供 {missing}，我再帮你处理。"
+        return f"Could you tell me the {missing}? I need it to do this."
+    if truth.category is Category.IRRELEVANCE or not truth.answers:
+        if chinese:
+            return "这个问题不需要工具，我直接回答：好的。"
+        return "I can answer this directly without any tool."
+    values = ("，" if chinese else ", ").join(truth.answers)
+    return f"结果：{values}。" if chinese else f"The result is {values}."
+
+
+def trajectory(row: Mapping[Any, Any]) -> list[dict[str, Any]]:
+    """The row's prompt plus the assistant/tool turns its ground truth describes."""
+    truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
+    messages: list[dict[str, Any]] = [
+        {"role": str(m["role"]), "content": str(m["content"])} for m in row["prompt"]
+    ]
+    for index, step in enumerate(truth.steps):
+        calls = [
+            {"type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
+            for c in step
+        ]
+        messages.append({"role": "assistant", "content": "", "tool_calls": calls})
+        results = truth.results[index] if index < len(truth.results) else []
+        for call, result in zip(step, results, strict=False):
+            messages.append({"role": "tool", "name": call.name, "content": tool_text(result)})
+    messages.append(
+        {"role": "assistant", "content": final_answer(truth, str(row.get("language", "en")))}
+    )
+    return messages
+
+
+def _approx_length(record: Mapping[Any, Any]) -> int:
+    return len(str(record["reward_model"]["ground_truth"])) + len(str(record["prompt"][-1]))
+
+
+def sft_rows(
+    frame: pd.DataFrame,
+    schemas: list[ToolSchema],
+    steps: int,
+    batch_size: int,
+    seed: int,
+    enable_thinking: bool,
+) -> list[dict[str, Any]]:
+    """`steps * batch_size` examples in training order (cycling through the split if it
+    is smaller). Each consecutive batch shares one system prompt, so the rows of a batch
+    share their whole tool prompt (see `prefix.py`); batches come in a seeded random
+    order, and the trainer reads them sequentially (which also makes resume exact)."""
+    rng = random.Random(seed)
+    records = frame.to_dict("records")
+    groups: dict[str, list[int]] = {}
+    for index, record in enumerate(records):
+        groups.setdefault(str(record["prompt"][0]["content"]), []).append(index)
+    batches: list[list[int]] = []
+    for members in groups.values():
+        order = list(members)
+        rng.shuffle(order)
+        share = max(1, round(steps * len(members) / len(records)))
+        cycled = [order[i % len(order)] for i in range(share * batch_size)]
+        # similar lengths together: right padding to the longest row of a batch is work
+        cycled.sort(key=lambda i: _approx_length(records[i]))
+        batches += [cycled[i : i + batch_size] for i in range(0, len(cycled), batch_size)]
+    rng.shuffle(batches)
+    tools = json.dumps(schemas, ensure_ascii=False)
+    kwargs = {"enable_thinking": enable_thinking}
+    return [
+        {"messages": trajectory(records[i]), "tools": tools, "chat_template_kwargs": kwargs}
+        for batch in batches[:steps]
+        for i in batch
+    ]
+
+
+class SharedPrefixSFTTrainer(SFTTrainer):
+    """TRL's SFT trainer with the loss computed by `prefix.causal_lm_loss` (same loss,
+    the tool prompt run once per batch)."""
+
+    def compute_loss(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        loss = causal_lm_loss(
+            model,
+            inputs["input_ids"],
+            inputs["attention_mask"],
+            inputs["labels"],
+            num_items_in_batch,
+        )
+        return (loss, None) if return_outputs else loss
+
+
+@dataclass(frozen=True)
+class SftResult:
+    model_dir: Path
+    steps: int
+    seconds: float
+    tokens: int
+    dropped_rows: int
+    first_loss: float | None
+    last_loss: float | None
+    resumed_from: int | None
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_sft(
+    spec: TrainingSpec,
+    base_model: Path,
+    train_file: Path,
+    run_dir: Path,
+    schemas: list[ToolSchema],
+    callbacks: list[Any] | None = None,
+) -> SftResult:
+    """Warm-start `base_model` on the train split; resumable; returns the final model dir.
+
+    A finished warm start (`run_dir/sft/final/COMPLETE`) is reused as is.
+    """
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.trainer.sft_config import SFTConfig
+
+    cpu = spec.cpu
+    sft_dir = run_dir / "sft"
+    final = sft_dir / FINAL_DIR
+    if (final / "COMPLETE").is_file():
+        return SftResult(final, cpu.sft_steps, 0.0, 0, 0, None, None, cpu.sft_steps)
+    sft_dir.mkdir(parents=True, exist_ok=True)
+    frame = pd.read_parquet(train_file)
+    rows = sft_rows(
+        frame, schemas, cpu.sft_steps, cpu.sft_batch_size, cpu.seed, spec.model.enable_thinking
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model))
+    model = AutoModelForCausalLM.from_pretrained(str(base_model))
+    args = SFTConfig(
+        output_dir=str(sft_dir / ".trainer"),
+        max_steps=cpu.sft_steps,
+        per_device_train_batch_size=cpu.sft_batch_size,
+        learning_rate=cpu.sft_lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, cpu.sft_steps // 20),
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        assistant_only_loss=True,
+        max_length=None,
+        packing=False,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        logging_steps=max(1, min(10, cpu.sft_steps // 10)),
+        save_strategy="steps",
+        save_steps=max(1, cpu.sft_save_freq),
+        save_total_limit=None,
+        report_to=[],
+        seed=cpu.seed,
+        data_seed=cpu.seed,
+        train_sampling_strategy="sequential",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = SharedPrefixSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[
+            LayoutCallback(sft_dir, spec.checkpoint.keep, cpu.sft_batch_size),
+            *(callbacks or []),
+        ],
+    )
+    tokenized: Any = trainer.train_dataset
+    kept = tokenized.filter(lambda row: len(row["input_ids"]) <= cpu.sft_max_length)
+    dropped = len(tokenized) - len(kept)
+    if not len(kept):
+        raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
+    trainer.train_dataset = kept
+    resume = latest_complete_step(sft_dir)
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(actor_path(sft_dir, resume)) if resume else None)
+    seconds = time.perf_counter() - start
+    losses = [float(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+    trained = trainer.state.global_step - (resume or 0)
+    mean_tokens = sum(len(r) for r in kept["input_ids"]) / len(kept)
+    tokens = int(mean_tokens * trained * cpu.sft_batch_size)
+    final.mkdir(parents=True, exist_ok=True)
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    (final / "COMPLETE").write_text(f"{trainer.state.global_step}\n", encoding="utf-8")
+    return SftResult(
+        final,
+        trained,
+        seconds,
+        tokens,
+        dropped,
+        losses[0] if losses else None,
+        losses[-1] if losses else None,
+        resume,
+    )

@@ -1,0 +1,81 @@
+"""MLflow logging for the CPU backend, in the project's fixed namespaces.
+
+`train/sft/...` (SFT), `train/...` (GRPO: reward, KL, clip ratio, tool calls, the format-drift
+rate, speed), `eval/<stage>/...` (the quick held-out eval before training, after SFT and
+after GRPO). Nothing is logged when `MLFLOW_TRACKING_URI` is unset; a run named by
+`MLFLOW_RUN_ID` (the DAG's) is continued instead of starting a new one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from transformers import TrainerCallback
+
+from training.spec.model import TrainingSpec
+
+
+class Tracker:
+    """A thin, optional MLflow run."""
+
+    def __init__(self, spec: TrainingSpec) -> None:
+        self.spec = spec
+        self.enabled = bool(os.environ.get("MLFLOW_TRACKING_URI"))
+        self._mlflow: Any = None
+
+    def __enter__(self) -> Tracker:
+        if not self.enabled:
+            return self
+        import mlflow
+
+        self._mlflow = mlflow
+        run_id = os.environ.get("MLFLOW_RUN_ID") or None
+        if run_id is None:
+            mlflow.set_experiment(self.spec.tracking.experiment)
+        mlflow.start_run(run_id=run_id, run_name=None if run_id else self.spec.name)
+        mlflow.log_params(
+            {
+                "backend": "cpu-trl",
+                "spec_name": self.spec.name,
+                "spec_hash": self.spec.spec_hash(),
+                "call_format": self.spec.model.call_format,
+                "loss": self.spec.algorithm.loss,
+                "rollout_n": self.spec.rollout.n,
+                "grpo_steps": self.spec.cpu.grpo_steps,
+                "sft_steps": self.spec.cpu.sft_steps,
+            }
+        )
+        return self
+
+    def log(self, metrics: dict[str, float], step: int | None = None) -> None:
+        if self._mlflow is None:
+            return
+        clean = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
+        if clean:
+            self._mlflow.log_metrics(clean, step=step)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._mlflow is not None:
+            self._mlflow.end_run(status="FAILED" if exc[0] else "FINISHED")
+            self._mlflow = None
+
+
+class LogCallback(TrainerCallback):
+    """Trainer logs -> `namespace/<key>` at the trainer's global step."""
+
+    def __init__(self, tracker: Tracker, namespace: str) -> None:
+        self.tracker = tracker
+        self.namespace = namespace
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> Any:
+        metrics = {
+            f"{self.namespace}/{key}": float(value)
+            for key, value in (logs or {}).items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        }
+        self.tracker.log(metrics, step=state.global_step)
+        return control
