@@ -81,7 +81,7 @@ def test_completion_logps_match_each_row_alone(model: Any) -> None:
     """Left-padded prompts + right-padded completions, as TRL lays them out."""
     torch.manual_seed(2)
     shared = torch.randint(0, VOCAB, (50,)).tolist()
-    prompts = [shared + [7, 8, 9], shared + [10], shared + [11, 12]]
+    prompts = [[*shared, 7, 8, 9], [*shared, 10], [*shared, 11, 12]]
     completions = [[1, 2, 3, 4], [5, 6], [7, 8, 9, 10]]
     width_p, width_c = max(map(len, prompts)), max(map(len, completions))
     ids = torch.zeros((3, width_p + width_c), dtype=torch.long)
@@ -103,7 +103,7 @@ def test_completion_logps_match_each_row_alone(model: Any) -> None:
 def test_generate_matches_transformers_greedy(model: Any) -> None:
     torch.manual_seed(3)
     shared = torch.randint(0, VOCAB, (30,)).tolist()
-    prompts = [shared + [4, 5], shared + [6], shared + [4, 5]]
+    prompts = [[*shared, 4, 5], [*shared, 6], [*shared, 4, 5]]
     assert common_prefix_length(prompts) == 30
     outputs = generate(model, prompts, 12, stop_ids={VOCAB + 1})
     for prompt, output in zip(prompts, outputs, strict=True):
