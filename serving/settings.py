@@ -211,6 +211,20 @@ ENV_VARS: tuple[EnvVar, ...] = (
         required=True,
         default="toolrl-tool-caller",
     ),
+    EnvVar(
+        "TOOLRL_PIPELINE_CONFIG",
+        "YAML file overriding PipelineConfig (dataset size, data root, spec, thresholds).",
+        _c("airflow", "cli"),
+        required=False,
+        default=None,
+    ),
+    EnvVar(
+        "TOOLRL_SERVING_URL",
+        "Front door of the serving stack, reported after a promotion (it reloads by itself).",
+        _c("airflow"),
+        required=False,
+        default=None,
+    ),
 )
 
 CONNECTIONS: tuple[AirflowConnection, ...] = (
@@ -319,9 +333,16 @@ class ServiceSettings(BaseModel):
     checkpoint_s3_uri: str | None = Field(alias="TOOLRL_CHECKPOINT_S3_URI", pattern=r"^s3://")
     checkpoint_keep: int = Field(alias="TOOLRL_CHECKPOINT_KEEP", ge=1)
     model_name: str = Field(alias="TOOLRL_MODEL_NAME", min_length=1)
+    pipeline_config: str | None = Field(alias="TOOLRL_PIPELINE_CONFIG")
+    serving_url: str | None = Field(alias="TOOLRL_SERVING_URL")
 
     @field_validator(
-        "mlflow_tracking_uri", "mlflow_s3_endpoint_url", "ray_address", "mcp_url", "judge_url"
+        "mlflow_tracking_uri",
+        "mlflow_s3_endpoint_url",
+        "ray_address",
+        "mcp_url",
+        "judge_url",
+        "serving_url",
     )
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
