@@ -1,0 +1,168 @@
+"""A real (very small) CPU training run through the job driver, killed mid-run and started
+again: the second attempt continues from the last complete checkpoint, with the SFT warm
+start, the optimizer, the step count and the data position carried over.
+
+Real pieces: the dataset generator, the tiny Qwen3 with the real vocabulary and template,
+TRL's SFT and GRPO trainers, the MCP server in mock mode on loopback (started by the run),
+the project's reward, and `python -m training.jobs.entry --backend cpu` as a Ray job runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from training.checkpoints.layout import MARKER, TRACKER
+from training.jobs.result import TrainingResult
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+GRPO_STEPS, SAVE_FREQ, PROMPTS = 4, 2, 2
+SPEC: dict[str, Any] = {
+    "name": "cpu-resume-test",
+    "model": {"path": "tiny://hermes", "call_format": "hermes"},
+    "data": {
+        "train_files": ["data/train.parquet"],
+        "test_files": ["data/test.parquet"],
+        "train_batch_size": 2,
+    },
+    "algorithm": {"loss": "gspo", "use_kl_loss": True, "kl_loss_coef": 0.001},
+    "rollout": {"n": 2, "max_turns": 2},
+    "batch": {"ppo_mini_batch_size": 2},
+    "checkpoint": {"run_dir": "ckpt", "save_freq": SAVE_FREQ, "keep": 2},
+    "cpu": {
+        "sft_steps": 6,
+        "sft_batch_size": 4,
+        "sft_save_freq": 3,
+        "sft_lr": 0.003,
+        "grpo_steps": GRPO_STEPS,
+        "prompts_per_step": PROMPTS,
+        "max_completion_length": 40,
+        "eval_rows": 3,
+        "eval_max_new_tokens": 16,
+        "threads": 1,
+    },
+}
+
+
+def driver(workdir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "training.jobs.entry",
+        "--spec",
+        str(workdir / "spec.yaml"),
+        "--run-key",
+        "resume-test",
+        "--backend",
+        "cpu",
+        "--workdir",
+        str(workdir),
+    ]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cpu-run")
+    command = [sys.executable, "-m", "training.cli", "data", "generate", "--quiet"]
+    generated = subprocess.run(
+        [*command, "--out", str(root / "data"), "--n", "120"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert generated.returncode == 0, generated.stderr
+    (root / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    return root
+
+
+def wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        if process.poll() is not None:
+            raise AssertionError(f"run exited ({process.returncode}) before {path} appeared")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def losses(trainer_state: Path) -> list[float]:
+    history = json.loads(trainer_state.read_text())["log_history"]
+    return [float(entry["loss"]) for entry in history if "loss" in entry]
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
+    run_dir = workdir / "ckpt"
+    log = (workdir / "first.log").open("wb")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    first = subprocess.Popen(driver(workdir), stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(run_dir / f"global_step_{SAVE_FREQ}" / MARKER, first, timeout=300)
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        log.close()
+    assert first.returncode == -signal.SIGKILL
+    assert not (run_dir / f"global_step_{GRPO_STEPS}" / MARKER).exists()
+    assert not (workdir / "result.json").exists()
+    sft_final = run_dir / "sft" / "final" / "COMPLETE"
+    sft_stamp = sft_final.stat().st_mtime_ns
+    tokens_at_kill = json.loads(
+        (run_dir / f"global_step_{SAVE_FREQ}" / "actor" / "trainer_state.json").read_text()
+    )["num_input_tokens_seen"]
+
+    second = subprocess.run(
+        driver(workdir), capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+
+    result = TrainingResult.read(workdir)
+    assert result.status == "succeeded"
+    assert result.final_step == result.planned_step == GRPO_STEPS
+    assert result.merged_model_dir and Path(result.merged_model_dir, "model.safetensors").is_file()
+    report = json.loads((workdir / "cpu_report.json").read_text())
+    assert report["resumed_from"]["grpo"] == SAVE_FREQ
+    assert report["grpo"]["steps_trained"] == GRPO_STEPS - SAVE_FREQ  # continued, not from 0
+    assert sft_final.stat().st_mtime_ns == sft_stamp  # the warm start was not redone
+    assert set(report["evals"]) == {"before", "sft", "grpo"}
+
+    # layout: verl's tracker, markers, pruning to `keep`, data position in data.pt
+    assert (run_dir / TRACKER).read_text().strip() == str(GRPO_STEPS)
+    steps = sorted(p.name for p in run_dir.glob("global_step_*"))
+    assert steps == [f"global_step_{SAVE_FREQ}", f"global_step_{GRPO_STEPS}"]
+    data = torch.load(run_dir / f"global_step_{GRPO_STEPS}" / "data.pt", weights_only=True)
+    assert data["global_step"] == GRPO_STEPS
+    assert data["prompts_consumed"] == GRPO_STEPS * PROMPTS
+    assert len(data["malformed"]) == GRPO_STEPS  # drift history carried across the restart
+    state = json.loads(
+        (run_dir / f"global_step_{GRPO_STEPS}" / "actor" / "trainer_state.json").read_text()
+    )
+    assert state["global_step"] == GRPO_STEPS
+    assert state["num_input_tokens_seen"] > tokens_at_kill
+
+    # the SFT warm start learned (the loss went down), in the same layout under sft/
+    sft_steps = sorted((run_dir / "sft").glob("global_step_*"), key=lambda p: int(p.name[12:]))
+    sft_losses = losses(sft_steps[-1] / "actor" / "trainer_state.json")
+    assert len(sft_losses) >= 3 and sft_losses[-1] < sft_losses[0]
+
+    # the exported model loads as a plain Hugging Face model with the real chat template
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(result.merged_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(result.merged_model_dir)
+    assert model.config.model_type == "qwen3"
+    assert "<tool_call>" in tokenizer.chat_template
