@@ -170,6 +170,16 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def _rss_mb(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+    return round(total, 1)
+
+
 Caller = Callable[[int, int], Awaitable[bool]]
 
 
@@ -245,7 +255,9 @@ async def official_scenario(url: str, calls: int, sessions: int) -> dict[str, An
 
 def measured(pids: list[int], run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     cpu0 = _cpu_seconds(pids)
+    load = os.getloadavg()[0]
     result = run()
+    result["loadavg_1m"] = round(load, 2)
     result["server_cpu_ms_per_call"] = round(
         (_cpu_seconds(pids) - cpu0) / (result["calls"] + result.pop("warmup_calls")) * 1000, 4
     )
@@ -263,6 +275,9 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["rounds"] = len(runs)
     out["calls_per_s_rounds"] = [r["calls_per_s"] for r in runs]
     out["p99_ms_rounds"] = [r["p99_ms"] for r in runs]
+    out["loadavg_1m_rounds"] = [r["loadavg_1m"] for r in runs]
+    best = max(runs, key=lambda r: r["calls_per_s"])  # the least disturbed round
+    out["best_round"] = {k: best[k] for k in ("calls_per_s", "p50_ms", "p99_ms", "loadavg_1m")}
     return out
 
 
@@ -350,7 +365,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--official-calls", type=int, default=1500)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -407,6 +422,7 @@ def main() -> None:
             ),
         ]
         rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in plan}
+        rss_before = _rss_mb(ours_pids)
         for r in range(opts.rounds):  # interleaved, so drifting background load hits all
             for name, pids, run in plan:
                 result = measured(pids, run)
@@ -421,6 +437,7 @@ def main() -> None:
                 )
         for name, runs in rounds.items():
             scenarios[name] = median_of(runs)
+        report["ours_worker_rss_mb"] = {"before": rss_before, "after": _rss_mb(ours_pids)}
         report["bridge_overhead"] = asyncio.run(bridge_overhead(ours.url))
         report["verl_tool_overhead"] = asyncio.run(verl_tool_overhead(ours.url))
     headline = scenarios["ours+bridge"]
