@@ -432,7 +432,7 @@ def main() -> None:
                     f"p50 {result['p50_ms']:6.2f} ms p99 {result['p99_ms']:6.2f} ms "
                     f"client {result['client_cpu_ms_per_call']:.3f} ms/call "
                     f"server {result['server_cpu_ms_per_call']:.3f} ms/call "
-                    f"errors {result['errors']}",
+                    f"errors {result['errors']} load {result['loadavg_1m']}",
                     flush=True,
                 )
         for name, runs in rounds.items():
