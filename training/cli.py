@@ -139,29 +139,21 @@ def demo(
     workdir: Annotated[Path, typer.Option(help="Where the demo writes everything.")] = Path(
         "runs/demo"
     ),
-    n: Annotated[int, typer.Option(help="Dataset rows.")] = 2_000,
+    rows: Annotated[int, typer.Option(help="Rows in the generated dataset.")] = 2_000,
 ) -> None:
-    """Run the pipeline on this machine with the embedded defaults.
+    """Run the whole retraining loop on this machine: local services on loopback (MLflow,
+    Ray, MCP), both Airflow DAGs, then serve the champion and answer one chat."""
+    from training.demo.run import DemoError, run_demo
+    from training.demo.services import ServiceError
 
-    Today this runs the data stage (generate + validate); the training, evaluation,
-    registry and serving stages join as they land (see README)."""
-    from training.data.config import GenerationConfig, ValidationConfig
-    from training.data.generate import generate_dataset
-    from training.data.validate import validate_dataset
-
-    staging = workdir / "data" / "staging"
-    manifest = generate_dataset(GenerationConfig(n=n, seed=0), staging)
-    final = workdir / "data" / manifest["dataset_version"]
-    if final.exists():
-        import shutil
-
-        shutil.rmtree(final)
-    staging.rename(final)
-    report = validate_dataset(final, ValidationConfig())
-    typer.secho(report.summary(), fg="green" if report.success else "red")
-    if not report.success:
-        raise typer.Exit(1)
-    typer.echo(f"\nDataset version {manifest['dataset_version']} is valid: {final}")
+    try:
+        run_demo(workdir, rows)
+    except (DemoError, ServiceError) as exc:
+        typer.secho(f"demo failed: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from exc
+    except KeyboardInterrupt as exc:
+        typer.secho("demo interrupted; all services stopped", fg="yellow", err=True)
+        raise typer.Exit(130) from exc
 
 
 def _first_error(exc: Exception) -> str:

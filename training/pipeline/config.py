@@ -39,7 +39,7 @@ class PipelineConfig(BaseModel):
         description="cpu (TRL, embedded) or verl (GPU cluster).",
     )
     thresholds: str = Field(
-        default=str(REPO_ROOT / "training" / "specs" / "thresholds.yaml"),
+        default=str(REPO_ROOT / "training" / "evaluation" / "thresholds.yaml"),
         description="Gate thresholds file.",
     )
     workdir: str = Field(

@@ -1,0 +1,308 @@
+"""`toolrl demo`: the whole retraining loop on one machine, through Airflow, for real.
+
+Services on loopback (MLflow server, a Ray head with its Jobs API, the MCP tool server in
+mock mode for training and real mode for serving), both DAGs run with `airflow dags test`
+on SQLite, then the champion is served and answers one chat that calls a real MCP tool.
+Every service started here is stopped at the end, on Ctrl-C and on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from training.demo.services import ManagedService, ServiceStack, free_port, service_stack
+from training.pipeline.config import REPO_ROOT
+
+console = Console(stderr=True)
+BIN = Path(sys.executable).parent
+MODEL_NAME = "toolrl-demo"
+DEMO_QUESTION = "What's the weather like in Paris right now?"
+_RUN_STATE = re.compile(r"DagRun Finished: .*? state=(\w+)")
+_TASK_LINE = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\S+)")
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def _env(workdir: Path, ports: dict[str, int]) -> dict[str, str]:
+    mcp = f"http://127.0.0.1:{ports['mcp_mock']}/mcp"
+    mlflow = f"http://127.0.0.1:{ports['mlflow']}"
+    return {
+        "AIRFLOW_HOME": str(workdir / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW_CONN_TOOLRL_RAY": f"http://127.0.0.1:{ports['ray_dashboard']}",
+        "AIRFLOW_CONN_TOOLRL_MLFLOW": mlflow,
+        "AIRFLOW_CONN_TOOLRL_MCP": mcp,
+        "MLFLOW_TRACKING_URI": mlflow,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "TOOLRL_MCP_URL": mcp,
+        "TOOLRL_MODEL_NAME": MODEL_NAME,
+        "TOOLRL_PIPELINE_CONFIG": str(workdir / "pipeline.yaml"),
+        "PYTHONPATH": str(REPO_ROOT),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def _write_pipeline_config(workdir: Path, rows: int) -> None:
+    config = {
+        "dataset_rows": rows,
+        "data_root": str(workdir / "datasets"),
+        "workdir": str(workdir / "pipeline"),
+        "training_spec": str(REPO_ROOT / "training" / "specs" / "cpu_tiny.yaml"),
+        "training_backend": "cpu",
+        "thresholds": str(REPO_ROOT / "training" / "specs" / "thresholds_demo.yaml"),
+        "retries": 1,
+    }
+    (workdir / "pipeline.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def start_services(
+    stack: ServiceStack, workdir: Path, env: dict[str, str], ports: dict[str, int]
+) -> None:
+    logs = workdir / "logs"
+    stack.start(
+        ManagedService(
+            "MLflow server",
+            [
+                str(BIN / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{workdir / 'mlflow' / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(workdir / "mlflow" / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports["mlflow"]),
+                "--workers",
+                "1",
+            ],
+            f"http://127.0.0.1:{ports['mlflow']}/health",
+            logs / "mlflow.log",
+            env,
+        )
+    )
+    stack.start(
+        ManagedService(
+            "MCP tool server (mock, training)",
+            [
+                str(BIN / "toolrl"),
+                "mcp",
+                "serve",
+                "--mode",
+                "mock",
+                "--port",
+                str(ports["mcp_mock"]),
+                "--workers",
+                "1",
+            ],
+            f"http://127.0.0.1:{ports['mcp_mock']}/healthz",
+            logs / "mcp-mock.log",
+            env,
+        )
+    )
+    stack.start(
+        ManagedService(
+            "MCP tool server (real, serving)",
+            [
+                str(BIN / "toolrl"),
+                "mcp",
+                "serve",
+                "--mode",
+                "real",
+                "--port",
+                str(ports["mcp_real"]),
+                "--workers",
+                "1",
+            ],
+            f"http://127.0.0.1:{ports['mcp_real']}/healthz",
+            logs / "mcp-real.log",
+            env,
+        )
+    )
+    ray_tmp = Path(tempfile.mkdtemp(prefix="toolrl-ray-"))  # short: Ray's socket paths
+    stack.start(
+        ManagedService(
+            "Ray head (Jobs API)",
+            [
+                str(BIN / "ray"),
+                "start",
+                "--head",
+                "--block",
+                f"--port={ports['ray']}",
+                "--node-ip-address=127.0.0.1",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={ports['ray_dashboard']}",
+                "--num-cpus=2",
+                "--include-dashboard=true",
+                f"--temp-dir={ray_tmp}",
+                "--disable-usage-stats",
+            ],
+            f"http://127.0.0.1:{ports['ray_dashboard']}/api/version",
+            logs / "ray.log",
+            env,
+            start_timeout_s=180,
+        )
+    )
+
+
+def run_dag(
+    dag_id: str, env: dict[str, str], log: Path, conf: dict[str, Any] | None = None
+) -> None:
+    """`airflow dags test`, streaming task starts/ends as progress; the full log to a file."""
+    command = [str(BIN / "airflow"), "dags", "test", dag_id]
+    if conf:
+        command += ["-c", json.dumps(conf)]
+    started = time.monotonic()
+    console.rule(f"[bold]Airflow DAG {dag_id}")
+    with (
+        log.open("w") as sink,
+        subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env},
+        ) as process,
+    ):
+        assert process.stdout is not None
+        for line in process.stdout:
+            sink.write(line)
+            match = _TASK_LINE.search(line)
+            if match:
+                verb = "->" if match.group(1) == "starting" else "ok"
+                console.print(
+                    f"  {verb} {match.group(2)}  [dim]({time.monotonic() - started:.0f}s)"
+                )
+        code = process.wait()
+    finished = _RUN_STATE.findall(log.read_text(errors="replace"))
+    if code != 0 or not finished or finished[-1] != "success":
+        state = finished[-1] if finished else "unknown"
+        raise DemoError(f"DAG {dag_id} ended {state} (exit {code}); see {log}")
+    console.print(f"[green]{dag_id} succeeded[/green] in {time.monotonic() - started:.0f}s")
+
+
+def _published_dataset(workdir: Path) -> Path:
+    versions = [p for p in (workdir / "datasets").iterdir() if (p / "manifest.json").is_file()]
+    if not versions:
+        raise DemoError("the dataset DAG published no version")
+    return max(versions, key=lambda p: p.stat().st_mtime)
+
+
+def ask_front_door(base_url: str) -> dict[str, Any]:
+    """One chat through the served champion + real MCP tools, as a user would call it."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=base_url, api_key="demo", timeout=300)
+    reply = client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": DEMO_QUESTION}]
+    )
+    payload: dict[str, Any] = reply.model_dump()
+    return payload
+
+
+def serve_and_chat(
+    stack: ServiceStack, workdir: Path, env: dict[str, str], ports: dict[str, int]
+) -> dict[str, Any]:
+    serving_env = {**env, "TOOLRL_MCP_URL": f"http://127.0.0.1:{ports['mcp_real']}/mcp"}
+    stack.start(
+        ManagedService(
+            "champion serving (transformers serve + front door)",
+            [
+                str(BIN / "toolrl"),
+                "serve",
+                "--backend",
+                "transformers",
+                "--port",
+                str(ports["frontdoor"]),
+                "--watch-interval",
+                "0",
+                "--max-tokens",
+                "256",
+                "--cache-dir",
+                str(workdir / "serving" / "models"),
+            ],
+            f"http://127.0.0.1:{ports['frontdoor']}/health",
+            workdir / "logs" / "serving.log",
+            serving_env,
+            start_timeout_s=600,
+        )
+    )
+    return ask_front_door(f"http://127.0.0.1:{ports['frontdoor']}/v1")
+
+
+def _summary(
+    workdir: Path, dataset: Path, env: dict[str, str], answer: dict[str, Any], elapsed: float
+) -> None:
+    pipeline = workdir / "pipeline"
+    reports = sorted(pipeline.rglob("candidate.html"))
+    decisions = sorted(pipeline.rglob("gate_decision.json"))
+    message = (answer.get("choices") or [{}])[0].get("message", {})
+    console.rule("[bold green]toolrl demo finished")
+    console.print(f"total time            {elapsed / 60:.1f} min")
+    console.print(f"dataset version       {dataset.name}  ({dataset})")
+    console.print(f"Data Docs             {dataset / 'validation' / 'data_docs' / 'index.html'}")
+    if reports:
+        console.print(f"eval report (HTML)    {reports[-1]}")
+    if decisions:
+        decision = json.loads(decisions[-1].read_text())
+        console.print(
+            f"gate decision         {decision['decision']} {decision.get('reasons') or ''}"
+        )
+    console.print(
+        f"registry              models:/{MODEL_NAME}@champion in {workdir / 'mlflow' / 'mlflow.db'}"
+    )
+    console.print(
+        f"MLflow UI (later)     {BIN / 'mlflow'} ui --backend-store-uri "
+        f"sqlite:///{workdir / 'mlflow' / 'mlflow.db'}"
+    )
+    console.print(f"served answer         {message.get('content')!r}")
+    console.print(f"logs                  {workdir / 'logs'}")
+
+
+def run_demo(workdir: Path, rows: int = 2_000) -> None:
+    started = time.monotonic()
+    workdir = workdir.resolve()
+    for sub in ("logs", "mlflow", "datasets", "pipeline", "serving"):
+        (workdir / sub).mkdir(parents=True, exist_ok=True)
+    ports = {
+        name: free_port()
+        for name in ("mlflow", "mcp_mock", "mcp_real", "ray", "ray_dashboard", "frontdoor")
+    }
+    env = _env(workdir, ports)
+    _write_pipeline_config(workdir, rows)
+    with console.status("preparing the Airflow metadata DB (SQLite) ..."):
+        subprocess.run(
+            [str(BIN / "airflow"), "db", "migrate"],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **env},
+        )
+    with service_stack() as stack:
+        start_services(stack, workdir, env, ports)
+        run_dag("toolcall_dataset", env, workdir / "logs" / "dag-dataset.log")
+        dataset = _published_dataset(workdir)
+        run_dag(
+            "toolcall_retraining",
+            env,
+            workdir / "logs" / "dag-retraining.log",
+            {"dataset_dir": str(dataset), "backend": "cpu"},
+        )
+        answer = serve_and_chat(stack, workdir, env, ports)
+        _summary(workdir, dataset, env, answer, time.monotonic() - started)
