@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -21,21 +22,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real `mlflow server` (SQLite backend, local artifact store) on 127.0.0.1; yields
-    its tracking URI. Started in its own process group and stopped with it."""
-    root = tmp_path_factory.mktemp("mlflow")
+@contextlib.contextmanager
+def _mlflow(root: Path, artifacts: str, env: dict[str, str]) -> Iterator[str]:
+    """A real `mlflow server` on 127.0.0.1 in its own process group; yields its URI."""
     port = _free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     mlflow = Path(sys.executable).with_name("mlflow")
     command = [
         str(mlflow), "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
-        "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1",
+        "--artifacts-destination", artifacts, "--host", "127.0.0.1",
         "--port", str(port), "--workers", "1",
     ]  # fmt: skip
     log = (root / "server.log").open("wb")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
+    full_env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env}
+    process = subprocess.Popen(
+        command, env=full_env, stdout=log, stderr=log, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -55,6 +56,49 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=20)
         except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `mlflow server` (SQLite backend, local artifact store) on 127.0.0.1; yields
+    its tracking URI. Started in its own process group and stopped with it."""
+    root = tmp_path_factory.mktemp("mlflow")
+    with _mlflow(root, str(root / "artifacts"), {}) as url:
+        yield url
+
+
+S3_BUCKET = "toolrl-models"
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+          "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def mlflow_s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """MLflow whose artifact store is S3 (a moto S3 server on loopback, through boto3);
+    yields (tracking URI, S3 endpoint)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port())
+    s3.start()
+    endpoint = f"http://127.0.0.1:{s3._port}"
+    boto3.client("s3", endpoint_url=endpoint, **_boto(S3_ENV)).create_bucket(Bucket=S3_BUCKET)
+    root = tmp_path_factory.mktemp("mlflow-s3")
+    env = {**S3_ENV, "MLFLOW_S3_ENDPOINT_URL": endpoint}
+    try:
+        with _mlflow(root, f"s3://{S3_BUCKET}/mlflow", env) as url:
+            yield url, endpoint
+    finally:
+        s3.stop()
+
+
+def _boto(env: dict[str, str]) -> dict[str, str]:
+    return {
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+        "region_name": env["AWS_DEFAULT_REGION"],
+    }

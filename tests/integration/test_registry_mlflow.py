@@ -178,3 +178,19 @@ def test_registry_cli_register_show_rollback(
     bad = runner.invoke(app, ["registry", "register", str(tmp_path), "--run-key", "x",
                               "--dataset-version", "v", "--call-format", "xml"])  # fmt: skip
     assert bad.exit_code == 2 and "call_format" in bad.output
+
+
+def test_weights_go_to_the_s3_artifact_store(
+    mlflow_s3_server: tuple[str, str], tmp_path: Path
+) -> None:
+    import boto3
+
+    uri, endpoint = mlflow_s3_server
+    info = register_candidate(uri, "toolrl-s3", model_dir(tmp_path, "s3"), lineage("s3-1"))
+    promote(uri, "toolrl-s3", info.version)
+    s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                      aws_secret_access_key="testing", region_name="us-east-1")  # fmt: skip
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="toolrl-models")["Contents"]]
+    assert any(k.endswith("model/model.safetensors") for k in keys)
+    weights = download(uri, resolve(uri, "models:/toolrl-s3@champion"), tmp_path / "cache")
+    assert (weights / "model.safetensors").read_bytes() == b"s3" * 100
