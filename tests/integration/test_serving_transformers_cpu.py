@@ -136,3 +136,50 @@ def test_cpu_serving_frontdoor_eval_and_reload_on_promotion(
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
     finally:
         running.close()
+
+
+def test_toolrl_serve_command_serves_and_stops_its_backend_on_sigterm(
+    mlflow_server: str, mcp: RunningServer, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    version = register(mlflow_server, tiny(tmp_path, 3), "cli-1")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server, "TOOLRL_MCP_URL": mcp.url,
+           "TOOLRL_MODEL_NAME": NAME}  # fmt: skip
+    script = (
+        "import typer; from training.registry.cli import register_cli; "
+        "app = typer.Typer(); register_cli(app); app()"
+    )
+    command = [sys.executable, "-c", script, "serve", "--backend", "transformers",
+               "--port", str(port), "--max-tokens", "8", "--watch-interval", "0",
+               "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                    assert json.loads(reply.read())["model_version"] == version
+                    break
+            except OSError:
+                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                time.sleep(0.5)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        hello = [{"role": "user", "content": "hi"}]
+        reply = client.chat.completions.create(model=NAME, messages=hello)  # type: ignore[arg-type]
+        assert (reply.model_extra or {})["toolrl"]["model_version"] == version
+        backend_logs = list((tmp_path / "runs" / "serving" / "logs").glob("transformers-*.log"))
+        backend_port = backend_logs[0].stem.split("-")[-1]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    with pytest.raises(OSError):  # the backend went down with it
+        urllib.request.urlopen(f"http://127.0.0.1:{backend_port}/health", timeout=2)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 from pathlib import Path
 
@@ -123,12 +124,17 @@ class ServingStack:
             sampling=sampling,
             completion_extra=backend.completion_extra,
         )
+        try:
+            renderer = await asyncio.to_thread(chat_template_renderer, model_dir)
+        except Exception:
+            await asyncio.to_thread(server.stop)  # never leave a backend without an owner
+            raise
         agent = Agent(
             chat,
             self._executor(),
             AgentConfig(max_turns=self.config.max_turns),
             parser=project_parser(call_format),
-            renderer=chat_template_renderer(model_dir),
+            renderer=renderer,
         )
 
         async def stop() -> None:
@@ -183,6 +189,9 @@ async def serve_forever(config: ServeConfig, stop: asyncio.Event | None = None) 
     """Run until `stop` is set (or the task is cancelled / SIGTERM ends the loop)."""
     stack = ServingStack(config)
     stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # Kubernetes stops pods with SIGTERM
+        loop.add_signal_handler(signum, stop.set)
     await stack.start()
     logger.info("front door at %s", stack.url)
     try:
@@ -230,8 +239,12 @@ async def run_frontdoor(
     runner = web.AppRunner(build_app(Switchboard(upstream), door))
     await runner.setup()
     await web.TCPSite(runner, door.host, door.port).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await runner.cleanup()
         await upstream.stop()
