@@ -80,6 +80,8 @@ def report(data: str = "abc", model: str = "cand", **overall: Any) -> EvalReport
                                          stop_reason="format_drift"), "reject",
          ["training stop reason"]),
         (report(), None, None, "reject", ["training status"]),
+        (report(), None, TrainingOutcome(planned_final_step=0, final_step=0), "reject",
+         ["training reached final step"]),
     ],
 )  # fmt: skip
 def test_decision_table(
@@ -190,3 +192,23 @@ def test_gate_cli_exit_codes_and_machine_readable_decision(tmp_path: Path) -> No
     junk.write_text("{")
     result = runner.invoke(cli(), [*base, str(junk)])
     assert result.exit_code == 2 and "not a readable JSON" in result.output
+
+
+@pytest.mark.parametrize(
+    ("result", "failed"),
+    [
+        ({"status": "succeeded", "final_step": 20, "planned_step": 20}, []),
+        ({"status": "incomplete", "final_step": 0, "planned_step": 20},
+         ["training reached final step"]),
+        ({"status": "drifted", "final_step": 7, "planned_step": 20},
+         ["training reached final step", "training stop reason"]),
+        ({"status": "failed", "final_step": 20, "planned_step": 20}, ["training stop reason"]),
+    ],
+)  # fmt: skip
+def test_a_training_jobs_result_file_is_accepted_as_status(
+    tmp_path: Path, result: dict[str, Any], failed: list[str]
+) -> None:
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"schema_version": 1, "spec_hash": "x", **result}))
+    decision = decide(report(), RULES, None, load_training_outcome(path))
+    assert [c.name for c in decision.checks if not c.passed] == failed

@@ -144,10 +144,27 @@ def load_thresholds(path: Path) -> Thresholds:
     return result
 
 
+#: `training.jobs.result.TrainingResult.status` -> the gate's stop reason. "incomplete"
+#: stopped early without a guard firing: the final-step check is what rejects it.
+RESULT_STOP_REASONS = {
+    "succeeded": "completed",
+    "incomplete": "completed",
+    "drifted": "format_drift",
+    "failed": "error",
+}
+
+
 def load_training_outcome(path: Path) -> TrainingOutcome:
-    result: TrainingOutcome = _validated(
-        TrainingOutcome, _load_yaml_or_json(path, "training status"), "training status", path
-    )
+    """A training status file: this model's fields, or a training job's `result.json`
+    (`status`, `final_step`, `planned_step`)."""
+    data = _load_yaml_or_json(path, "training status")
+    if isinstance(data, dict) and "status" in data and "planned_step" in data:
+        data = {
+            "planned_final_step": data.get("planned_step"),
+            "final_step": data.get("final_step"),
+            "stop_reason": RESULT_STOP_REASONS.get(str(data.get("status")), "unknown"),
+        }
+    result: TrainingOutcome = _validated(TrainingOutcome, data, "training status", path)
     return result
 
 
@@ -240,7 +257,7 @@ def _training(outcome: TrainingOutcome | None, thresholds: Thresholds) -> list[C
         return []
     checks = []
     if thresholds.require_final_step:
-        ok = outcome.final_step >= outcome.planned_final_step
+        ok = outcome.final_step >= outcome.planned_final_step > 0
         checks.append(
             Check(
                 name="training reached final step",
