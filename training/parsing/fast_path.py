@@ -10,6 +10,8 @@ Name and schema checks are shared with the full scanner (`check_call`).
 Checked calls are cached by their exact text, per registry: within a GRPO group the same
 call (same tool, same arguments, same spelling) recurs across rollouts and steps, and a hit
 skips JSON decoding, value conversion and validation. The cache is bounded (cleared when full).
+verl calls a synchronous reward function from a thread pool: each dict operation is atomic
+under the GIL, and a race between threads at worst recomputes an entry.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Why a hand-written scanner instead of verl's regexes: the reward must say *what*
 (the drift guard counts error kinds) and must stay linear-time on anything a policy emits,
 including 1 MB outputs and unbalanced tags. It uses `str.find` only, never raises, and on
 well-formed output returns the same calls as verl's `hermes` / `qwen3_coder` parsers
-(tested against them on a corpus).
+(tested against them on a corpus). Turns whose every tag is well formed take a faster path
+(`fast_path.py`) that gives identical results; this scanner handles everything else.
 
     hermes:       <tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>
     qwen3_coder:  <tool_call><function=f><parameter=a>1</parameter></function></tool_call>
