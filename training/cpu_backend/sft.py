@@ -7,10 +7,10 @@ per step with the expected calls, the tools' results as tool messages (the exact
 MCP server returns in mock mode), then a final answer that states the expected values (or,
 for irrelevance and clarification rows, answers directly or asks for the missing argument).
 
-Loss only on assistant tokens (`assistant_only_loss`, TRL's training template for Qwen with
-`{% generation %}` markers). No truncation: a row longer than `cpu.sft_max_length` tokens is
-dropped and counted, never cut (truncation keeps the start, so a limit shorter than the tool
-prompt would silently train on prompts without their answers).
+Loss only on assistant tokens (TRL's training variant of the Qwen template, whose
+`{% generation %}` markers give the assistant mask). No truncation: a row longer than
+`cpu.sft_max_length` tokens is dropped and counted, never cut (truncation keeps the start,
+so a limit shorter than the tool prompt would silently train on prompts without answers).
 """
 
 from __future__ import annotations
@@ -85,13 +85,8 @@ def _approx_length(record: Mapping[Any, Any]) -> int:
 
 
 def sft_rows(
-    frame: pd.DataFrame,
-    schemas: list[ToolSchema],
-    steps: int,
-    batch_size: int,
-    seed: int,
-    enable_thinking: bool,
-) -> list[dict[str, Any]]:
+    frame: pd.DataFrame, steps: int, batch_size: int, seed: int
+) -> list[list[dict[str, Any]]]:
     """`steps * batch_size` examples in training order (cycling through the split if it
     is smaller). Each consecutive batch shares one system prompt, so the rows of a batch
     share their whole tool prompt (see `prefix.py`); batches come in a seeded random
@@ -111,13 +106,45 @@ def sft_rows(
         cycled.sort(key=lambda i: _approx_length(records[i]))
         batches += [cycled[i : i + batch_size] for i in range(0, len(cycled), batch_size)]
     rng.shuffle(batches)
-    tools = json.dumps(schemas, ensure_ascii=False)
-    kwargs = {"enable_thinking": enable_thinking}
-    return [
-        {"messages": trajectory(records[i]), "tools": tools, "chat_template_kwargs": kwargs}
-        for batch in batches[:steps]
-        for i in batch
-    ]
+    return [trajectory(records[i]) for batch in batches[:steps] for i in batch]
+
+
+def tokenize_rows(
+    tokenizer: Any,
+    trajectories: list[list[dict[str, Any]]],
+    schemas: list[ToolSchema],
+    enable_thinking: bool,
+    max_length: int,
+) -> tuple[list[dict[str, list[int]]], int]:
+    """Token ids and labels (-100 outside assistant turns) with TRL's training variant of
+    the chat template, and how many rows were dropped for being longer than `max_length`.
+
+    Tokenized here rather than by the trainer because a `datasets` table would unify every
+    row's tool-call `arguments` into one struct with every key of every tool (missing keys
+    as null), and the template would then render those nulls into the calls.
+    """
+    from trl.chat_template_utils import get_training_chat_template
+
+    template = get_training_chat_template(tokenizer) or tokenizer.chat_template
+    rows: list[dict[str, list[int]]] = []
+    dropped = 0
+    for messages in trajectories:
+        out = tokenizer.apply_chat_template(
+            messages,
+            tools=schemas,
+            chat_template=template,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+            enable_thinking=enable_thinking,
+        )
+        ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+        if len(ids) > max_length:
+            dropped += 1
+            continue
+        labels = [t if m else -100 for t, m in zip(ids, mask, strict=True)]
+        rows.append({"input_ids": ids, "labels": labels})
+    return rows, dropped
 
 
 class SharedPrefixSFTTrainer(SFTTrainer):
@@ -184,10 +211,13 @@ def run_sft(
         return SftResult(final, cpu.sft_steps, 0.0, 0, 0, None, None, cpu.sft_steps)
     sft_dir.mkdir(parents=True, exist_ok=True)
     frame = pd.read_parquet(train_file)
-    rows = sft_rows(
-        frame, schemas, cpu.sft_steps, cpu.sft_batch_size, cpu.seed, spec.model.enable_thinking
-    )
     tokenizer = AutoTokenizer.from_pretrained(str(base_model))
+    trajectories = sft_rows(frame, cpu.sft_steps, cpu.sft_batch_size, cpu.seed)
+    rows, dropped = tokenize_rows(
+        tokenizer, trajectories, schemas, spec.model.enable_thinking, cpu.sft_max_length
+    )
+    if not rows:
+        raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
     model = AutoModelForCausalLM.from_pretrained(str(base_model))
     args = SFTConfig(
         output_dir=str(sft_dir / ".trainer"),
@@ -198,7 +228,7 @@ def run_sft(
         warmup_steps=max(1, cpu.sft_steps // 20),
         weight_decay=0.0,
         max_grad_norm=1.0,
-        assistant_only_loss=True,
+        assistant_only_loss=False,  # rows come tokenized, with assistant-only labels
         max_length=None,
         packing=False,
         use_cpu=True,
@@ -226,19 +256,13 @@ def run_sft(
             *(callbacks or []),
         ],
     )
-    tokenized: Any = trainer.train_dataset
-    kept = tokenized.filter(lambda row: len(row["input_ids"]) <= cpu.sft_max_length)
-    dropped = len(tokenized) - len(kept)
-    if not len(kept):
-        raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
-    trainer.train_dataset = kept
     resume = latest_complete_step(sft_dir)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(actor_path(sft_dir, resume)) if resume else None)
     seconds = time.perf_counter() - start
     losses = [float(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
     trained = trainer.state.global_step - (resume or 0)
-    mean_tokens = sum(len(r) for r in kept["input_ids"]) / len(kept)
+    mean_tokens = sum(len(r["input_ids"]) for r in rows) / len(rows)
     tokens = int(mean_tokens * trained * cpu.sft_batch_size)
     final.mkdir(parents=True, exist_ok=True)
     trainer.save_model(str(final))

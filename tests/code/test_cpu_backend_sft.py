@@ -1,0 +1,91 @@
+"""SFT warm-start data: every target trajectory is a perfect rollout by the project's own
+reward, batches share their tool prompt, and the labels cover assistant tokens only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from serving.tools import get_catalog
+from training.cpu_backend.sft import sft_rows, tokenize_rows, trajectory
+from training.data.config import GenerationConfig
+from training.data.generate import generate_rows
+from training.rewards.config import RewardConfig
+from training.rewards.rule import score_rollout
+from training.rewards.samples import render_hermes, tool_turn
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    rows = generate_rows(GenerationConfig(n=160, seed=3), progress=False)
+    return pd.DataFrame([r for r in rows if r["extra_info"]["split"] == "train"])
+
+
+def as_verl_transcript(messages: list[dict[str, Any]]) -> str:
+    """The assistant/tool part of a trajectory as verl decodes a rollout."""
+    parts: list[str] = []
+    responses: list[str] = []
+    for message in messages[2:]:
+        if message["role"] == "tool":
+            responses.append(message["content"])
+            continue
+        if responses:
+            parts.append(tool_turn(responses))
+            responses = []
+        calls = message.get("tool_calls") or []
+        rendered = [render_hermes(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+        parts.append("\n".join(rendered) or message["content"])
+    return "".join(parts)
+
+
+def test_every_sft_target_earns_the_full_reward(frame: pd.DataFrame) -> None:
+    config = RewardConfig(call_format="hermes")
+    weights = config.weights
+    categories = set()
+    for record in frame.to_dict("records"):
+        messages = trajectory(record)
+        result = score_rollout(as_verl_transcript(messages), record["reward_model"]["ground_truth"])
+        categories.add(result.category)
+        assert result.tool_alignment == weights.alignment_bonus, (record["query"], result)
+        assert result.ground_truth_match == pytest.approx(weights.ground_truth_max), record["query"]
+        assert result.format_penalty == 0 and result.finished
+    assert categories == {"single", "parallel", "multi_step", "irrelevance", "clarification"}
+
+
+def test_tool_messages_are_the_mock_server_text(frame: pd.DataFrame) -> None:
+    record = next(r for r in frame.to_dict("records") if r["category"] == "single")
+    tool = next(m for m in trajectory(record) if m["role"] == "tool")
+    truth = json.loads(record["reward_model"]["ground_truth"])
+    assert json.loads(tool["content"]) == truth["results"][0][0]
+    assert tool["content"] == json.dumps(truth["results"][0][0], ensure_ascii=False)
+
+
+def test_batches_share_a_system_prompt(frame: pd.DataFrame) -> None:
+    rows = sft_rows(frame, steps=12, batch_size=4, seed=0)
+    assert len(rows) == 48
+    for start in range(0, len(rows), 4):
+        systems = {row[0]["content"] for row in rows[start : start + 4]}
+        assert len(systems) == 1
+    assert rows == sft_rows(frame, steps=12, batch_size=4, seed=0)  # resumable order
+
+
+def test_labels_cover_assistant_turns_only_and_long_rows_are_dropped(
+    frame: pd.DataFrame, tmp_path: Path
+) -> None:
+    from training.model.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer(tmp_path, "hermes", 8_192)
+    schemas = get_catalog().openai_schemas()
+    multi = [r for r in frame.to_dict("records") if r["category"] == "multi_step"][:2]
+    rows, dropped = tokenize_rows(tokenizer, [trajectory(r) for r in multi], schemas, False, 8192)
+    assert dropped == 0 and len(rows) == 2
+    learned = tokenizer.decode([t for t in rows[0]["labels"] if t != -100])
+    assert learned.count("<tool_call>") == 2 and "<tool_response>" not in learned
+    assert "null" not in learned  # no arguments of other tools leak into the calls
+    assert "# Tools" not in learned and multi[0]["query"] not in learned
+    _, dropped = tokenize_rows(tokenizer, [trajectory(r) for r in multi], schemas, False, 300)
+    assert dropped == 2  # never truncated: the tool prompt alone is longer than 300 tokens
