@@ -5,6 +5,7 @@ and replaced blue/green when a new champion is promoted."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -139,8 +140,10 @@ def test_cpu_serving_frontdoor_eval_and_reload_on_promotion(
 
 
 def test_toolrl_serve_command_serves_and_stops_its_backend_on_sigterm(
-    mlflow_server: str, mcp: RunningServer, tmp_path: Path
+    mlflow_server: str, tmp_path: Path
 ) -> None:
+    """Also: the MCP bearer token reaches the tool server from TOOLRL_MCP_TOKEN (the tool
+    list is fetched on the first chat; a wrong or missing token would make it a 502)."""
     import os
     import signal
     import socket
@@ -151,8 +154,12 @@ def test_toolrl_serve_command_serves_and_stops_its_backend_on_sigterm(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     version = register(mlflow_server, tiny(tmp_path, 3), "cli-1")
+    token = "mcp-secret-token"
+    mcp_config = ServerConfig(port=0, workers=1, log_level="warning", token=token)
+    stack = contextlib.ExitStack()
+    mcp = stack.enter_context(start(mcp_config))
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server, "TOOLRL_MCP_URL": mcp.url,
-           "TOOLRL_MODEL_NAME": NAME}  # fmt: skip
+           "TOOLRL_MODEL_NAME": NAME, "TOOLRL_MCP_TOKEN": token}  # fmt: skip
     script = (
         "import typer; from training.registry.cli import register_cli; "
         "app = typer.Typer(); register_cli(app); app()"
@@ -181,5 +188,6 @@ def test_toolrl_serve_command_serves_and_stops_its_backend_on_sigterm(
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
+        stack.close()
     with pytest.raises(OSError):  # the backend went down with it
         urllib.request.urlopen(f"http://127.0.0.1:{backend_port}/health", timeout=2)
