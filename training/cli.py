@@ -34,9 +34,11 @@ def _register_stage_commands() -> None:
     at load time, so `toolrl --help` stays instant."""
     from serving.mcp_server.cli import register_cli as register_mcp
     from training.jobs.cli import register_cli as register_train
+    from training.rewards.cli import register_cli as register_reward
 
     register_mcp(app)
     register_train(app)
+    register_reward(app)
 
 
 _register_stage_commands()

@@ -216,7 +216,11 @@ KNOWN_UNREGISTERED = {
         "OPENAI_API_KEY",
         "RULER_JUDGE_WEIGHT",
         "RULER_TIMEOUT_S",
+        "RULER_BACKOFF_S",
+        "RULER_MAX_RETRIES",
     },
+    # set for the MLflow server process the embedded demo starts (7 job workers otherwise)
+    "training/demo/run.py": {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION"},
 }
 
 

@@ -115,6 +115,7 @@ def _build_row(
         "extra_info": {
             "index": index,
             "split": split,
+            "query": query,
             "need_tools_kwargs": True,
             "tools_kwargs": {
                 name: {"create_kwargs": {"session_id": f"row-{index}"}}
