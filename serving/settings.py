@@ -205,6 +205,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
         set_by="job",
     ),
     EnvVar(
+        "TOOLRL_DRIFT_DIR",
+        "Where reward workers record per-rollout call counts for the format-drift guard.",
+        _c("ray"),
+        required=False,
+        default=None,
+        set_by="job",
+    ),
+    EnvVar(
         "TOOLRL_MODEL_NAME",
         "Registered model name in MLflow; serving loads models:/<name>@champion.",
         _c("airflow", "serving", "cli"),
@@ -333,6 +341,7 @@ class ServiceSettings(BaseModel):
     checkpoint_s3_uri: str | None = Field(alias="TOOLRL_CHECKPOINT_S3_URI", pattern=r"^s3://")
     checkpoint_keep: int = Field(alias="TOOLRL_CHECKPOINT_KEEP", ge=1)
     model_name: str = Field(alias="TOOLRL_MODEL_NAME", min_length=1)
+    drift_dir: str | None = Field(alias="TOOLRL_DRIFT_DIR")
     pipeline_config: str | None = Field(alias="TOOLRL_PIPELINE_CONFIG")
     serving_url: str | None = Field(alias="TOOLRL_SERVING_URL")
 

@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,16 +59,58 @@ def _count_rows(files: list[str]) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
-def run_verl(spec: TrainingSpec, workdir: Path) -> None:
+def run_verl(spec: TrainingSpec, workdir: Path, poll_s: float = 10.0) -> dict[str, float] | None:
+    """Run verl's trainer; stop it if the format-drift guard fires. Returns the drift
+    summary when the run was stopped for drift, else None (raises if verl fails)."""
+    from training.jobs.drift_guard import DRIFT_DIR_ENV, DriftWatcher
     from training.spec.plan import plan
 
     validated = plan(spec, workdir)
+    drift_dir = workdir / "drift"
     env = dict(os.environ)
+    env[DRIFT_DIR_ENV] = str(drift_dir)
     if spec.checkpoint.s3_uri:
         env["TOOLRL_CHECKPOINT_S3_URI"] = spec.checkpoint.s3_uri
         env["TOOLRL_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *validated.overrides]
-    subprocess.run(command, env=env, check=True)
+    watcher = DriftWatcher(
+        drift_dir,
+        spec.data.train_batch_size * spec.rollout.n,
+        spec.drift.max_malformed_rate,
+        spec.drift.window,
+    )
+    return supervise(command, env, watcher, poll_s)
+
+
+def supervise(
+    command: list[str], env: dict[str, str], watcher: Any, poll_s: float
+) -> dict[str, float] | None:
+    """Run `command`, polling the drift watcher; terminate the process group on drift."""
+    import signal
+
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        while process.poll() is None:
+            if watcher.poll():
+                logger.error(
+                    "format drift: malformed-call rate %s over the last steps; stopping training",
+                    watcher.history[-watcher.window :],
+                )
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                return dict(watcher.summary())
+            time.sleep(poll_s)
+    except BaseException:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+        raise
+    if process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, command[:4])
+    return None
 
 
 def merge_checkpoint(run_dir: Path, step: int, target: Path) -> Path:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from training.rewards.config import RewardConfig
+from training.rewards.drift_log import record_sample
 from training.rewards.rule import DEFAULT_CONFIG, RewardBreakdown, score_rollout
 
 logger = logging.getLogger(__name__)
@@ -82,10 +83,12 @@ def compute_score(
         # a bad config is an operator error: fail loudly, never train on a wrong reward
         raise ValueError(f"invalid reward config in reward_kwargs: {exc}") from exc
     try:
-        return score_rollout(solution_str, ground_truth, config).as_dict()
+        scored = score_rollout(solution_str, ground_truth, config).as_dict()
     except Exception as exc:
         logger.exception("reward failed; scoring the rollout as broken")
         broken = RewardBreakdown(
             score=config.weights.clip_low, error=f"internal: {type(exc).__name__}"
         )
         return broken.as_dict()
+    record_sample(scored)  # feeds the job driver's format-drift guard when enabled
+    return scored
