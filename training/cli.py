@@ -33,11 +33,12 @@ def _register_stage_commands() -> None:
     """Stage command groups live beside their stage's code; each module imports only typer
     at load time, so `toolrl --help` stays instant."""
     from serving.mcp_server.cli import register_cli as register_mcp
+    from training.cpu_backend.cli import register_cli as register_cpu_training
     from training.jobs.cli import register_cli as register_train
     from training.rewards.cli import register_cli as register_reward
 
     register_mcp(app)
-    register_train(app)
+    register_cpu_training(register_train(app))
     register_reward(app)
 
 
