@@ -42,7 +42,6 @@ class SubmitRayTrainingOperator(BaseOperator):
         from pathlib import Path
 
         from training.jobs.submit import (
-            REPO_ROOT,
             JobRequest,
             entrypoint,
             runtime_env,
@@ -54,10 +53,11 @@ class SubmitRayTrainingOperator(BaseOperator):
         spec = load_spec(Path(self.spec_path))
         run_key = str(context["dag_run"].run_id)
         job_id = submission_id(spec.name, run_key, self.attempt)
-        spec_rel = str(Path(self.spec_path).resolve().relative_to(REPO_ROOT))
+        # absolute: a run's spec lives on shared storage, not in the shipped code
+        spec_file = str(Path(self.spec_path).resolve())
         request = JobRequest(
             job_id,
-            entrypoint(spec_rel, run_key, self.backend, f"{self.workdir}/{job_id}"),
+            entrypoint(spec_file, run_key, self.backend, f"{self.workdir}/{job_id}"),
             runtime_env(os.environ, self.extra_env),
             {"spec_hash": spec.spec_hash()},
         )

@@ -54,6 +54,7 @@ def _env(workdir: Path, ports: dict[str, int]) -> dict[str, str]:
         "TOOLRL_MODEL_NAME": MODEL_NAME,
         "TOOLRL_PIPELINE_CONFIG": str(workdir / "pipeline.yaml"),
         "PYTHONPATH": str(REPO_ROOT),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "RAY_USAGE_STATS_ENABLED": "0",
         "TOKENIZERS_PARALLELISM": "false",
     }
