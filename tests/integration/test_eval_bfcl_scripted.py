@@ -152,3 +152,28 @@ def test_scripted_bfcl_oracle_scores_one_and_a_wrong_model_scores_known_values(
 def test_unknown_bfcl_category_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unsupported BFCL categories"):
         evaluate_bfcl("http://127.0.0.1:9/v1", "m", tmp_path / "r.json", ["multi_turn_base"])
+
+
+def test_scripted_bfcl_run_resumes_from_its_journal(
+    api: BfclApi, bfcl_root: Path | None, tmp_path: Path
+) -> None:
+    replies = oracle(api, ["simple_python"])
+    asked: list[str] = []
+
+    def right(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
+        asked.append(messages[-1]["content"])
+        return replies[messages[-1]["content"]]
+
+    out = tmp_path / "bfcl.json"
+    with serve_in_thread(right) as url:
+        evaluate_bfcl(url, "scripted", out, ["simple_python"], limit=20, progress=False,
+                      root=bfcl_root)  # fmt: skip
+        journal = out.with_name(out.name + ".cases.jsonl")
+        lines = journal.read_text().splitlines()
+        journal.write_text("\n".join([*lines[:6], lines[6][:30]]))  # 5 done + a torn line
+        asked.clear()
+        report = evaluate_bfcl(url, "scripted", out, ["simple_python"], limit=20,
+                               progress=False, root=bfcl_root)  # fmt: skip
+    assert len(asked) == 15
+    assert report.metrics["by_category"]["simple_python"] == {
+        "cases": 20, "correct": 20, "accuracy": 1.0, "error_types": {}}  # fmt: skip

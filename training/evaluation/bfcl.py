@@ -257,6 +257,23 @@ def load_category(
     return pairs
 
 
+def _read_journal(path: Path | None, key: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """Verdicts of an earlier run with the same key (a torn last line is re-run)."""
+    if path is None or not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    if not lines or lines[0] != key:
+        raise ValueError(f"{path} holds another BFCL run; delete it to start over")
+    done = {}
+    for line in lines[1:]:
+        try:
+            item = json.loads(line)
+            done[(str(item["category"]), str(item["id"]))] = item
+        except (ValueError, KeyError, TypeError):
+            continue
+    return done
+
+
 async def run_bfcl(
     chat: ChatClient,
     api: BfclApi,
@@ -264,25 +281,54 @@ async def run_bfcl(
     concurrency: int = 16,
     limit: int | None = None,
     progress: bool = True,
+    journal: Path | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Verdicts per category; bounded concurrency."""
-    work = [(c, e, a) for c in categories for e, a in load_category(api, c, limit)]
+    """Verdicts per category; bounded concurrency; finished cases appended to `journal`
+    (first line: the run's key), so a restarted run skips them."""
+    key = json.dumps({"bfcl": api.version, "categories": list(categories), "limit": limit,
+                      "model": chat.model})  # fmt: skip
+    done = _read_journal(journal, key)
+    work = [
+        (c, e, a)
+        for c in categories
+        for e, a in load_category(api, c, limit)
+        if (c, str(e["id"])) not in done
+    ]
     slots = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(work), disable=not progress, desc="bfcl", unit="case")
+    sink = None
+    if journal is not None:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        sink = journal.open("a" if done else "w", encoding="utf-8")
+        sink.write("\n" if done else key + "\n")
 
-    async def one(category: str, entry: dict[str, Any], answer: Any) -> tuple[str, dict[str, Any]]:
+    async def one(category: str, entry: dict[str, Any], answer: Any) -> None:
         async with slots:
             verdict = await _run_case(chat, api, category, entry, answer)
+        case_id = str(entry["id"])
+        item: dict[str, Any] = {
+            "category": category,
+            "id": case_id,
+            "valid": bool(verdict["valid"]),
+            "error_type": verdict.get("error_type"),
+            "error": str(verdict.get("error", ""))[:300],
+        }
+        done[(category, case_id)] = item
+        if sink is not None:
+            sink.write(json.dumps(item) + "\n")
+            sink.flush()
         bar.update(1)
-        return category, verdict
 
     try:
-        done = await asyncio.gather(*(one(*item) for item in work))
+        await asyncio.gather(*(one(*item) for item in work))
     finally:
         bar.close()
+        if sink is not None:
+            sink.close()
     verdicts: dict[str, list[dict[str, Any]]] = {c: [] for c in categories}
-    for category, verdict in done:
-        verdicts[category].append(verdict)
+    for (category, _), item in done.items():
+        if category in verdicts:
+            verdicts[category].append(item)
     return verdicts
 
 
@@ -331,7 +377,8 @@ def evaluate_bfcl(
 
     async def go() -> dict[str, list[dict[str, Any]]]:
         try:
-            return await run_bfcl(chat, api, categories, concurrency, limit, progress)
+            journal = out.with_name(out.name + ".cases.jsonl")
+            return await run_bfcl(chat, api, categories, concurrency, limit, progress, journal)
         finally:
             await chat.close()
 
