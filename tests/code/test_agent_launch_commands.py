@@ -79,3 +79,20 @@ def test_transformers_serve_pins_the_model_on_cpu() -> None:
 def test_bad_backend_configs_are_rejected(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         BackendConfig.model_validate({"model_dir": "/m", **bad})
+
+
+def test_serve_dry_run_prints_the_vllm_command() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from training.registry.cli import register_cli
+
+    app = typer.Typer()
+    register_cli(app)
+    result = CliRunner().invoke(app, ["serve", "--dry-run", "--backend-port", "8123"])
+    assert result.exit_code == 0, result.output
+    words = result.output.split()
+    assert words[:2] == ["vllm", "serve"]
+    assert "--enable-auto-tool-choice" in words and flag(words, "--port") == "8123"
+    bad = CliRunner().invoke(app, ["serve", "--dry-run", "--backend", "tgi"])
+    assert bad.exit_code == 2 and "backend" in bad.output

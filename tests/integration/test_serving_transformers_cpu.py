@@ -183,7 +183,7 @@ def test_toolrl_serve_command_serves_and_stops_its_backend_on_sigterm(
         hello = [{"role": "user", "content": "hi"}]
         reply = client.chat.completions.create(model=NAME, messages=hello)  # type: ignore[arg-type]
         assert (reply.model_extra or {})["toolrl"]["model_version"] == version
-        backend_logs = list((tmp_path / "runs" / "serving" / "logs").glob("transformers-*.log"))
+        backend_logs = list((tmp_path / "logs").glob("transformers-*.log"))
         backend_port = backend_logs[0].stem.split("-")[-1]
     finally:
         process.send_signal(signal.SIGTERM)

