@@ -29,23 +29,28 @@ Message = dict[str, Any]
 LIMIT = 40
 
 
+BFCL_DIR = Path(__file__).resolve().parents[2] / ".venv" / "bfcl-eval"
+"""Where `make setup` (or this fixture, once) installs bfcl-eval without its dependencies."""
+
+
 @pytest.fixture(scope="session")
-def bfcl_root(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+def bfcl_root() -> Path | None:
     """bfcl-eval (data + checker) without its dependencies, in its own directory."""
     try:
         load_bfcl()
         return None
     except BfclUnavailableError:
         pass
-    root = tmp_path_factory.mktemp("bfcl")
+    if (BFCL_DIR / "bfcl_eval").is_dir():
+        return BFCL_DIR
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(root),
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(BFCL_DIR),
          "bfcl-eval==2026.3.23"],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         pytest.skip(f"bfcl-eval could not be installed: {done.stderr[-300:]}")
-    return root
+    return BFCL_DIR
 
 
 @pytest.fixture(scope="session")
