@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24" wheel
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]" "torch==2.13.0"
+	# BFCL's test data (its pinned deps cannot join this venv: data only, no deps, own dir)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/bfcl-eval "bfcl-eval==2026.3.23"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

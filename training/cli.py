@@ -34,12 +34,16 @@ def _register_stage_commands() -> None:
     at load time, so `toolrl --help` stays instant."""
     from serving.mcp_server.cli import register_cli as register_mcp
     from training.cpu_backend.cli import register_cli as register_cpu_training
+    from training.evaluation.cli import register_cli as register_eval
     from training.jobs.cli import register_cli as register_train
+    from training.registry.cli import register_cli as register_registry
     from training.rewards.cli import register_cli as register_reward
 
     register_mcp(app)
     register_cpu_training(register_train(app))
     register_reward(app)
+    register_eval(app)
+    register_registry(app)
 
 
 _register_stage_commands()

@@ -49,3 +49,10 @@ def test_chat_template_renders_tool_schemas(tiny_tokenizer) -> None:  # type: ig
 def test_bad_vocab_limit_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="vocab_limit"):
         build_tokenizer(tmp_path, "hermes", 10)
+
+
+def test_tool_tags_survive_skip_special_tokens(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """As in Qwen's tokenizer: servers that strip special tokens still see the call tags."""
+    text = '<tool_call>\n{"name": "x", "arguments": {}}\n</tool_call>'
+    ids = tiny_tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+    assert tiny_tokenizer.decode(ids, skip_special_tokens=True) == text

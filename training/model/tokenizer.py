@@ -20,7 +20,10 @@ QWEN_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
-#: Qwen2.5/Qwen3 special tokens in id order (151643 onwards in the full vocabulary).
+#: Qwen2.5/Qwen3 added tokens in id order (151643 onwards in the full vocabulary). The first
+#: 14 are special (stripped by `skip_special_tokens`); the rest, the tool-call, tool-response,
+#: think and FIM tags, are ordinary added tokens in Qwen's own tokenizer, so decoded text keeps
+#: them and servers can parse calls out of it.
 QWEN_SPECIAL_TOKENS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -36,6 +39,8 @@ QWEN_SPECIAL_TOKENS = (
     "<|vision_pad|>",
     "<|image_pad|>",
     "<|video_pad|>",
+)
+QWEN_NONSPECIAL_ADDED_TOKENS = (
     "<tool_call>",
     "</tool_call>",
     "<|fim_prefix|>",
@@ -92,6 +97,7 @@ def build_tokenizer(
     Special tokens are appended after the kept ranks, so with `vocab_limit=FULL_VOCAB` the
     ids are exactly Qwen's (`<|im_start|>` = 151644, `<tool_call>` = 151657).
     """
+    from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
@@ -103,6 +109,9 @@ def build_tokenizer(
     backend = TikTokenConverter(
         vocab_file=str(ranks_file), pattern=QWEN_PATTERN, extra_special_tokens=QWEN_SPECIAL_TOKENS
     ).converted()
+    backend.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t in QWEN_NONSPECIAL_ADDED_TOKENS]
+    )
     ranks_file.unlink()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
