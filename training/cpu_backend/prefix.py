@@ -2,12 +2,12 @@
 
 Every training prompt starts with the same system message and the same eleven tool schemas,
 about 2,000 of the 2,300 tokens of a row with the tiny model's vocabulary. On two CPU
-cores the forward and backward passes cost about linearly in tokens, so a batch of four
-rows spends most of its time on four copies of the same prefix. Here the prefix runs once
-(with gradients), its key/value cache is repeated across the batch, and only the rows'
-own tokens run through the model again. The loss is the same token-mean cross-entropy over
-the labelled (assistant) tokens as a plain forward gives, up to floating-point rounding;
-`tests/code/test_cpu_backend_prefix.py` checks that.
+cores the forward and backward passes cost about linearly in tokens, so a batch of eight
+rows would spend most of its time on eight copies of the same prefix. Here the prefix runs
+once (with gradients) and each row's own tokens run on top of its key/value cache. The loss
+is the same token-mean cross-entropy over the labelled (assistant) tokens as a plain
+forward gives, and so are the gradients, up to floating-point rounding
+(`tests/code/test_cpu_backend_prefix.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch.nn import functional
+from transformers import DynamicCache
 
 IGNORE = -100
 MIN_SHARED = 32
@@ -55,16 +56,28 @@ def causal_lm_loss(
         hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         states, targets = hidden.last_hidden_state[:, :-1], labels[:, 1:]
     else:
-        prefix = base(input_ids=input_ids[:1, :shared], use_cache=True)
-        cache = prefix.past_key_values
-        cache.batch_repeat_interleave(input_ids.shape[0])
-        hidden = base(
-            input_ids=input_ids[:, shared:],
-            attention_mask=attention_mask,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        states, targets = hidden.last_hidden_state[:, :-1], labels[:, shared + 1 :]
+        # the prefix once (with gradients), then each row's own tokens on top of it, one
+        # row at a time: no padding is computed and no attention mask is needed
+        prefix = base(input_ids=input_ids[:1, :shared], use_cache=True).past_key_values
+        cached = [(layer.keys, layer.values) for layer in prefix.layers]
+        total = torch.zeros((), dtype=torch.float32)
+        for row in range(input_ids.shape[0]):
+            length = int(attention_mask[row].sum())
+            targets = labels[row, shared + 1 : length]
+            keep = targets != IGNORE
+            if not bool(keep.any()):
+                continue
+            cache = DynamicCache()
+            for index, (keys, values) in enumerate(cached):
+                cache.update(keys, values, index)
+            states = base(
+                input_ids=input_ids[row : row + 1, shared:length],
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state[0, :-1]
+            logits = head(states[keep])
+            total = total + functional.cross_entropy(logits.float(), targets[keep], reduction="sum")
+        return total / torch.as_tensor(denominator).clamp(min=1)
     keep = targets != IGNORE
     logits = head(states[keep])
     total = functional.cross_entropy(logits.float(), targets[keep], reduction="sum")

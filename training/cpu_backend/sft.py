@@ -80,10 +80,6 @@ def trajectory(row: Mapping[Any, Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def _approx_length(record: Mapping[Any, Any]) -> int:
-    return len(str(record["reward_model"]["ground_truth"])) + len(str(record["prompt"][-1]))
-
-
 def sft_rows(
     frame: pd.DataFrame, steps: int, batch_size: int, seed: int
 ) -> list[list[dict[str, Any]]]:
@@ -102,8 +98,6 @@ def sft_rows(
         rng.shuffle(order)
         share = max(1, round(steps * len(members) / len(records)))
         cycled = [order[i % len(order)] for i in range(share * batch_size)]
-        # similar lengths together: right padding to the longest row of a batch is work
-        cycled.sort(key=lambda i: _approx_length(records[i]))
         batches += [cycled[i : i + batch_size] for i in range(0, len(cycled), batch_size)]
     rng.shuffle(batches)
     return [trajectory(records[i]) for batch in batches[:steps] for i in batch]
