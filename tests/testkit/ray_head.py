@@ -28,7 +28,9 @@ def ray_head(tmp: Path, num_cpus: int = 2, timeout_s: float = 90.0) -> Iterator[
     port, dashboard = free_port(), free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     log = (tmp / "ray-head.log").open("w")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
+    # jobs run `python -m ...` through the head's shell: this venv's python must come first
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", "PATH": path}
     process = subprocess.Popen(
         [
             str(ray),
