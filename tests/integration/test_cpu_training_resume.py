@@ -42,15 +42,15 @@ SPEC: dict[str, Any] = {
     "checkpoint": {"run_dir": "ckpt", "save_freq": SAVE_FREQ, "keep": 2},
     "cpu": {
         "sft_steps": 6,
-        "sft_batch_size": 4,
+        "sft_batch_size": 2,
         "sft_save_freq": 3,
         "sft_lr": 0.003,
         "grpo_steps": GRPO_STEPS,
         "prompts_per_step": PROMPTS,
-        "max_completion_length": 40,
-        "eval_rows": 3,
-        "eval_max_new_tokens": 16,
-        "threads": 1,
+        "max_completion_length": 32,
+        "eval_rows": 2,
+        "eval_max_new_tokens": 12,
+        "threads": 2,
     },
 }
 
@@ -76,7 +76,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cpu-run")
     command = [sys.executable, "-m", "training.cli", "data", "generate", "--quiet"]
     generated = subprocess.run(
-        [*command, "--out", str(root / "data"), "--n", "120"],
+        [*command, "--out", str(root / "data"), "--n", "80"],
         capture_output=True,
         text=True,
         timeout=120,

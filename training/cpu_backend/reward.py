@@ -22,9 +22,9 @@ from training.rewards.config import RewardConfig
 from training.rewards.drift import format_drift, is_drifting
 from training.rewards.score import compute_score
 
-#: Tokens Qwen's tokenizer marks special (skipped by verl's decode): everything before
-#: `<tool_call>` in the id order.
-SKIPPED_TOKENS = QWEN_SPECIAL_TOKENS[: QWEN_SPECIAL_TOKENS.index("<tool_call>")]
+#: Tokens Qwen's tokenizer marks special (skipped by verl's decode); the tool-call, tool-
+#: response and think tags are added tokens that are *not* special, and stay.
+SKIPPED_TOKENS = tuple(t for t in QWEN_SPECIAL_TOKENS if "tool_" not in t and "think" not in t)
 
 
 def strip_special(text: str) -> str:

@@ -109,23 +109,25 @@ def tokenize_rows(
     schemas: list[ToolSchema],
     enable_thinking: bool,
     max_length: int,
+    short_rows: int = 0,
 ) -> tuple[list[dict[str, list[int]]], int]:
     """Token ids and labels (-100 outside assistant turns) with TRL's training variant of
     the chat template, and how many rows were dropped for being longer than `max_length`.
 
-    Tokenized here rather than by the trainer because a `datasets` table would unify every
-    row's tool-call `arguments` into one struct with every key of every tool (missing keys
-    as null), and the template would then render those nulls into the calls.
+    The first `short_rows` rows are rendered without the tool block (the SFT curriculum,
+    `cpu.sft_short_steps`). Tokenized here rather than by the trainer because a `datasets`
+    table would unify every row's tool-call `arguments` into one struct with every key of
+    every tool (missing keys as null), and the template would render those nulls.
     """
     from trl.chat_template_utils import get_training_chat_template
 
     template = get_training_chat_template(tokenizer) or tokenizer.chat_template
     rows: list[dict[str, list[int]]] = []
     dropped = 0
-    for messages in trajectories:
+    for number, messages in enumerate(trajectories):
         out = tokenizer.apply_chat_template(
             messages,
-            tools=schemas,
+            tools=schemas if number >= short_rows else None,
             chat_template=template,
             tokenize=True,
             return_dict=True,
@@ -208,7 +210,12 @@ def run_sft(
     tokenizer = AutoTokenizer.from_pretrained(str(base_model))
     trajectories = sft_rows(frame, cpu.sft_steps, cpu.sft_batch_size, cpu.seed)
     rows, dropped = tokenize_rows(
-        tokenizer, trajectories, schemas, spec.model.enable_thinking, cpu.sft_max_length
+        tokenizer,
+        trajectories,
+        schemas,
+        spec.model.enable_thinking,
+        cpu.sft_max_length,
+        short_rows=min(cpu.sft_short_steps, cpu.sft_steps) * cpu.sft_batch_size,
     )
     if not rows:
         raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")

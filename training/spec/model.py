@@ -159,6 +159,12 @@ class CpuSection(_Section):
     threads: int = Field(default=2, ge=1, description="torch threads.")
     seed: int = Field(default=0, description="Seed of SFT sampling, GRPO sampling and init.")
     sft_save_freq: int = Field(default=50, ge=1, description="SFT checkpoint every N steps.")
+    sft_short_steps: int = Field(
+        default=0,
+        ge=0,
+        description="First SFT steps on prompts without the tool block (a curriculum: short "
+        "sequences teach attention local patterns at a tenth of the cost); then full prompts.",
+    )
     sft_max_length: int = Field(
         default=4_096, ge=256, description="SFT rows longer than this are dropped, never cut."
     )
