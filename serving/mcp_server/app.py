@@ -160,6 +160,8 @@ class McpApp:
         self.metrics = metrics
         self.runner = CallRunner(catalog, config, metrics, notes)
         self.server = build_mcp_server(self.runner)
+        if not config.otel_spans:
+            self.server.middleware = []  # the SDK's documented opt-out
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
             json_response=True,
