@@ -40,9 +40,9 @@ DEFAULTS = PipelineConfig()
         "on_failure_callback": on_task_failure,
     },
     params={
-        "spec": Param(DEFAULTS.training_spec, type="string", description="TrainingSpec YAML."),
-        "thresholds": Param(DEFAULTS.thresholds, type="string", description="Gate thresholds."),
-        "backend": Param(DEFAULTS.training_backend, enum=["cpu", "verl"]),
+        "spec": Param("", type="string", description="TrainingSpec YAML (empty: config's)."),
+        "thresholds": Param("", type="string", description="Gate thresholds (empty: config's)."),
+        "backend": Param("", enum=["", "cpu", "verl"], description="Empty: config's backend."),
         "dataset_dir": Param("", type="string", description="Dataset version dir (hand runs)."),
         "dry_run": Param(False, type="boolean", description="Plan and validate only."),
         "eval_limit": Param(0, type="integer", minimum=0, description="Cap eval cases (0: all)."),
@@ -83,7 +83,7 @@ def toolcall_retraining() -> None:
         task_id="submit_training",
         spec_path="{{ ti.xcom_pull(task_ids='plan_spec')['spec_path'] }}",
         workdir="{{ ti.xcom_pull(task_ids='plan_spec')['workdir'] }}/jobs",
-        backend="{{ params.backend }}",
+        backend="{{ ti.xcom_pull(task_ids='plan_spec')['backend'] }}",
         retries=DEFAULTS.retries + 1,
         retry_delay=timedelta(seconds=15),
         retry_exponential_backoff=True,
@@ -116,10 +116,12 @@ def toolcall_retraining() -> None:
         )
 
     @task
-    def gate(evaluated: dict[str, Any], result: dict[str, Any], **context: Any) -> dict[str, Any]:
+    def gate(
+        planned: dict[str, Any], evaluated: dict[str, Any], result: dict[str, Any]
+    ) -> dict[str, Any]:
         from training.pipeline.gate_stage import gate_candidate
 
-        return gate_candidate(evaluated, result, context["params"]["thresholds"])
+        return gate_candidate(evaluated, result, planned["thresholds"])
 
     @task(retries=DEFAULTS.retries)
     def register(
@@ -168,7 +170,7 @@ def toolcall_retraining() -> None:
     result = fetch_result(submit.output)
     wait >> result
     evaluated = evaluate(planned, result)
-    decision = gate(evaluated, result)
+    decision = gate(planned, evaluated, result)
     registered = register(planned, result, evaluated)
     applied = promote(registered, decision)
     notify(applied, decision, reload_serving(applied))
