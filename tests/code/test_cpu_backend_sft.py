@@ -89,3 +89,17 @@ def test_labels_cover_assistant_turns_only_and_long_rows_are_dropped(
     assert "# Tools" not in learned and multi[0]["query"] not in learned
     _, dropped = tokenize_rows(tokenizer, [trajectory(r) for r in multi], schemas, False, 300)
     assert dropped == 2  # never truncated: the tool prompt alone is longer than 300 tokens
+
+
+def test_curriculum_rows_come_first_without_the_tool_block(
+    frame: pd.DataFrame, tmp_path: Path
+) -> None:
+    from training.model.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer(tmp_path, "hermes", 8_192)
+    schemas = get_catalog().openai_schemas()
+    trajectories = [trajectory(r) for r in frame.to_dict("records")[:3]]
+    rows, _ = tokenize_rows(tokenizer, trajectories, schemas, False, 8192, short_rows=2)
+    texts = [tokenizer.decode(row["input_ids"]) for row in rows]
+    assert ["# Tools" in text for text in texts] == [False, False, True]
+    assert len(rows[0]["input_ids"]) < 1_000 < len(rows[2]["input_ids"])
