@@ -59,13 +59,19 @@ def toolcall_retraining() -> None:
         extra = events[VALIDATED_DATASET][-1].extra if events.get(VALIDATED_DATASET) else None
         config = load_pipeline_config()
         dataset = resolve_dataset(config, extra, params["dataset_dir"] or None)
-        return prepare_spec(
+        backend = params["backend"] or config.training_backend
+        planned = prepare_spec(
             config,
-            params["spec"],
+            params["spec"] or config.training_spec,
             dataset,
             context["dag_run"].run_id,
-            validate_with_verl=params["backend"] == "verl",
+            validate_with_verl=backend == "verl",
         )
+        return {
+            **planned,
+            "backend": backend,
+            "thresholds": params["thresholds"] or config.thresholds,
+        }
 
     @task.short_circuit
     def proceed(**context: Any) -> bool:
