@@ -172,7 +172,8 @@ def registry_versions(tracking_uri: str) -> dict[str, dict[str, Any]]:
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri)
-    versions = client.search_model_versions(f"name='{MODEL}'")
+    found = client.search_model_versions(f"name='{MODEL}'")
+    versions = [client.get_model_version(MODEL, v.version) for v in found]  # search omits aliases
     return {v.version: {"aliases": set(v.aliases), "tags": dict(v.tags)} for v in versions}
 
 
