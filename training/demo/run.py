@@ -206,6 +206,22 @@ def _published_dataset(workdir: Path) -> Path:
     return max(versions, key=lambda p: p.stat().st_mtime)
 
 
+def _require_promotion(workdir: Path) -> None:
+    """Serving needs a champion: if the gate rejected the candidate, say why and stop."""
+    decisions = sorted(
+        (workdir / "pipeline").rglob("gate_decision.json"), key=lambda p: p.stat().st_mtime
+    )
+    if not decisions:
+        raise DemoError("the retraining run left no gate decision")
+    decision = json.loads(decisions[-1].read_text())
+    if decision.get("decision") != "promote":
+        reasons = "; ".join(decision.get("reasons", [])) or "no reason recorded"
+        raise DemoError(
+            f"the gate rejected the candidate ({reasons}); nothing to serve. "
+            f"Decision: {decisions[-1]}"
+        )
+
+
 def ask_front_door(base_url: str) -> dict[str, Any]:
     """One chat through the served champion + real MCP tools, as a user would call it."""
     from openai import OpenAI
@@ -305,5 +321,6 @@ def run_demo(workdir: Path, rows: int = 2_000) -> None:
             workdir / "logs" / "dag-retraining.log",
             {"dataset_dir": str(dataset), "backend": "cpu"},
         )
+        _require_promotion(workdir)
         answer = serve_and_chat(stack, workdir, env, ports)
         _summary(workdir, dataset, env, answer, time.monotonic() - started)
