@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from testkit.airflow_env import migrate
+from training.demo.run import mcp_service, mlflow_service
 from training.demo.services import ManagedService, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -68,60 +69,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, ray_address: str) -> Iterato
     ports = {"mlflow": free_port(), "mcp": free_port(), "mcp_real": free_port()}
     mlflow_url = f"http://127.0.0.1:{ports['mlflow']}"
     mcp_url = f"http://127.0.0.1:{ports['mcp']}/mcp"
-    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     services = [
-        ManagedService(
-            "mlflow",
-            [
-                str(BIN / "mlflow"),
-                "server",
-                "--backend-store-uri",
-                f"sqlite:///{root / 'mlflow.db'}",
-                "--artifacts-destination",
-                str(root / "artifacts"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(ports["mlflow"]),
-                "--workers",
-                "1",
-            ],
-            f"{mlflow_url}/health",
-            root / "mlflow.log",
-            env,
-        ),
-        ManagedService(
-            "mcp-mock",
-            [
-                str(BIN / "toolrl"),
-                "mcp",
-                "serve",
-                "--mode",
-                "mock",
-                "--port",
-                str(ports["mcp"]),
-                "--workers",
-                "1",
-            ],
-            f"http://127.0.0.1:{ports['mcp']}/healthz",
-            root / "mcp.log",
-        ),
-        ManagedService(
-            "mcp-real",
-            [
-                str(BIN / "toolrl"),
-                "mcp",
-                "serve",
-                "--mode",
-                "real",
-                "--port",
-                str(ports["mcp_real"]),
-                "--workers",
-                "1",
-            ],
-            f"http://127.0.0.1:{ports['mcp_real']}/healthz",
-            root / "mcp-real.log",
-        ),
+        mlflow_service(root, ports["mlflow"], root / "mlflow.log", {}),
+        mcp_service("mock", ports["mcp"], root / "mcp.log", {}),
+        mcp_service("real", ports["mcp_real"], root / "mcp-real.log", {}),
     ]
     started: list[ManagedService] = []
     try:

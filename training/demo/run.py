@@ -49,7 +49,6 @@ def _env(workdir: Path, ports: dict[str, int]) -> dict[str, str]:
         "AIRFLOW_CONN_TOOLRL_MLFLOW": mlflow,
         "AIRFLOW_CONN_TOOLRL_MCP": mcp,
         "MLFLOW_TRACKING_URI": mlflow,
-        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         "TOOLRL_MCP_URL": mcp,
         "TOOLRL_MODEL_NAME": MODEL_NAME,
         "TOOLRL_PIPELINE_CONFIG": str(workdir / "pipeline.yaml"),
@@ -73,70 +72,59 @@ def _write_pipeline_config(workdir: Path, rows: int) -> None:
     (workdir / "pipeline.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
+def mlflow_service(root: Path, port: int, log: Path, env: dict[str, str]) -> ManagedService:
+    """An MLflow tracking + registry server on SQLite with a local artifact store."""
+    return ManagedService(
+        "MLflow server",
+        [
+            str(BIN / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        f"http://127.0.0.1:{port}/health",
+        log,
+        {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
+
+
+def mcp_service(mode: str, port: int, log: Path, env: dict[str, str]) -> ManagedService:
+    """The MCP tool server: `mock` (frozen clock, faults off) for training, `real` to serve."""
+    purpose = "training" if mode == "mock" else "serving"
+    return ManagedService(
+        f"MCP tool server ({mode}, {purpose})",
+        [
+            str(BIN / "toolrl"),
+            "mcp",
+            "serve",
+            "--mode",
+            mode,
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        f"http://127.0.0.1:{port}/healthz",
+        log,
+        env,
+    )
+
+
 def start_services(
     stack: ServiceStack, workdir: Path, env: dict[str, str], ports: dict[str, int]
 ) -> None:
     logs = workdir / "logs"
-    stack.start(
-        ManagedService(
-            "MLflow server",
-            [
-                str(BIN / "mlflow"),
-                "server",
-                "--backend-store-uri",
-                f"sqlite:///{workdir / 'mlflow' / 'mlflow.db'}",
-                "--artifacts-destination",
-                str(workdir / "mlflow" / "artifacts"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(ports["mlflow"]),
-                "--workers",
-                "1",
-            ],
-            f"http://127.0.0.1:{ports['mlflow']}/health",
-            logs / "mlflow.log",
-            env,
-        )
-    )
-    stack.start(
-        ManagedService(
-            "MCP tool server (mock, training)",
-            [
-                str(BIN / "toolrl"),
-                "mcp",
-                "serve",
-                "--mode",
-                "mock",
-                "--port",
-                str(ports["mcp_mock"]),
-                "--workers",
-                "1",
-            ],
-            f"http://127.0.0.1:{ports['mcp_mock']}/healthz",
-            logs / "mcp-mock.log",
-            env,
-        )
-    )
-    stack.start(
-        ManagedService(
-            "MCP tool server (real, serving)",
-            [
-                str(BIN / "toolrl"),
-                "mcp",
-                "serve",
-                "--mode",
-                "real",
-                "--port",
-                str(ports["mcp_real"]),
-                "--workers",
-                "1",
-            ],
-            f"http://127.0.0.1:{ports['mcp_real']}/healthz",
-            logs / "mcp-real.log",
-            env,
-        )
-    )
+    stack.start(mlflow_service(workdir / "mlflow", ports["mlflow"], logs / "mlflow.log", env))
+    stack.start(mcp_service("mock", ports["mcp_mock"], logs / "mcp-mock.log", env))
+    stack.start(mcp_service("real", ports["mcp_real"], logs / "mcp-real.log", env))
     ray_tmp = Path(tempfile.mkdtemp(prefix="toolrl-ray-"))  # short: Ray's socket paths
     stack.start(
         ManagedService(
