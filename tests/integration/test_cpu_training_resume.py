@@ -40,6 +40,7 @@ SPEC: dict[str, Any] = {
     "rollout": {"n": 2, "max_turns": 2},
     "batch": {"ppo_mini_batch_size": 2},
     "checkpoint": {"run_dir": "ckpt", "save_freq": SAVE_FREQ, "keep": 2},
+    "drift": {"max_malformed_rate": 1.0},  # an untrained model: never stop this run on drift
     "cpu": {
         "sft_steps": 6,
         "sft_batch_size": 2,
