@@ -10,6 +10,7 @@ import hashlib
 import json
 import random
 from collections import Counter
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,15 @@ def phrasing_pools(intent: Intent, lang: Language) -> dict[str, list[int]]:
     return pools
 
 
+@cache
+def shared_tools_kwargs() -> dict[str, Any]:
+    """verl's per-tool `create_kwargs`, one object shared by every row (memory: 100k rows).
+
+    No per-row session id on purpose: the n rollouts of one prompt must not share a notes
+    session, so the MCP bridge keys sessions by the trajectory's request id instead."""
+    return {name: {"create_kwargs": {"data_source": DATA_SOURCE}} for name in get_catalog().names}
+
+
 def catalog_fingerprint() -> str:
     schemas = json.dumps(get_catalog().openai_schemas(), sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(schemas.encode()).hexdigest()[:12]
@@ -117,10 +127,7 @@ def _build_row(
             "split": split,
             "query": query,
             "need_tools_kwargs": True,
-            "tools_kwargs": {
-                name: {"create_kwargs": {"session_id": f"row-{index}"}}
-                for name in get_catalog().names
-            },
+            "tools_kwargs": shared_tools_kwargs(),
         },
         "query": query,
         "language": lang,

@@ -8,6 +8,7 @@ so every check appears in one suite, one result and one Data Docs report.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import unicodedata
@@ -18,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from serving.tools import ToolContext, ToolError, get_catalog
@@ -98,6 +100,19 @@ def load_split(path: Path) -> pd.DataFrame:
     missing = [c for c in ROW_COLUMNS if c not in table.column_names]
     if missing:
         raise DatasetFileError(f"{path.name} lacks required columns: {', '.join(missing)}")
+    # Only extra_info's index and split are checked here (verl's own loader checks the rest):
+    # pulling them out in Arrow keeps 100k rows x 11 tools_kwargs dicts out of Python memory.
+    extra = table.column("extra_info")
+    if not pa.types.is_struct(extra.type):
+        raise DatasetFileError(f"{path.name}: extra_info must be a struct, got {extra.type}")
+    fields = {extra.type.field(i).name for i in range(extra.type.num_fields)}
+    if not {"index", "split"} <= fields:
+        raise DatasetFileError(f"{path.name}: extra_info lacks index and/or split")
+    table = (
+        table.drop_columns(["extra_info"])
+        .append_column("extra_index", pc.struct_field(extra, "index"))
+        .append_column("extra_split", pc.struct_field(extra, "split"))
+    )
     frame: pd.DataFrame = table.to_pandas()
     return frame
 
@@ -166,7 +181,7 @@ def check_row_truth(row: dict[str, Any]) -> dict[str, Any]:
     flags["calls_consistent"] = expected_calls == [
         [c.model_dump() for c in step] for step in truth.steps
     ]
-    context = ToolContext.reference(session_id=f"validate-{row['extra_info']['index']}")
+    context = ToolContext.reference(session_id=f"validate-{row['extra_index']}")
     try:
         results = [
             [catalog.execute(c.name, c.arguments, context, mode="mock") for c in step]
@@ -194,12 +209,8 @@ def derive_frame(splits: dict[str, pd.DataFrame]) -> pd.DataFrame:
         part = pd.DataFrame(
             {
                 "file_split": split,
-                "split": frame["extra_info"].map(
-                    lambda e: e.get("split") if isinstance(e, dict) else None
-                ),
-                "index": frame["extra_info"].map(
-                    lambda e: e.get("index") if isinstance(e, dict) else None
-                ),
+                "split": frame["extra_split"],
+                "index": frame["extra_index"],
                 "data_source": frame["data_source"],
                 "agent_name": frame["agent_name"],
                 "query": frame["query"],
@@ -343,18 +354,23 @@ def validate_dataset(dataset_dir: Path, config: ValidationConfig | None = None) 
             if result["column"] in MUST_BE_TRUE_COLUMNS and not problems.empty:
                 examples = [f"row {r.index}: {r.problem}" for r in problems.head(3).itertuples()]
         checks.append(CheckResult(name, result["success"], detail, examples))
-    if manifest and manifest.get("rows") not in (None, len(derived)):
+    row_count = len(derived)
+    if manifest and manifest.get("rows") not in (None, row_count):
         checks.append(
             CheckResult(
                 "manifest_row_count",
                 False,
-                f"manifest says {manifest.get('rows')} rows, files hold {len(derived)}",
+                f"manifest says {manifest.get('rows')} rows, files hold {row_count}",
             )
         )
+    # the frames are done with: release them before verl (torch, transformers) is imported,
+    # so peak memory is the larger of the two phases, not their sum
+    del derived, coverage, splits, problems
+    gc.collect()
     if config.check_verl_dataset:
         checks.append(verl_dataset_check(dataset_dir / "train.parquet"))
     report = ValidationReport(
-        str(dataset_dir), all(c.success for c in checks), len(derived), version, checks, docs
+        str(dataset_dir), all(c.success for c in checks), row_count, version, checks, docs
     )
     (dataset_dir / "validation").mkdir(exist_ok=True)
     (dataset_dir / "validation" / "report.json").write_text(
