@@ -266,9 +266,12 @@ def _summary(
         console.print(
             f"gate decision         {decision['decision']} {decision.get('reasons') or ''}"
         )
-    console.print(
-        f"registry              models:/{MODEL_NAME}@champion in {workdir / 'mlflow' / 'mlflow.db'}"
+    entry = (
+        f"models:/{MODEL_NAME}@champion"
+        if answer
+        else f"{MODEL_NAME}: candidate registered as rejected, no champion yet"
     )
+    console.print(f"registry              {entry} in {workdir / 'mlflow' / 'mlflow.db'}")
     console.print(
         f"MLflow UI (later)     {BIN / 'mlflow'} ui --backend-store-uri "
         f"sqlite:///{workdir / 'mlflow' / 'mlflow.db'}"
