@@ -61,12 +61,34 @@ _MAX_PROSE_CHARS = 40_000
 
 @dataclass(frozen=True, slots=True)
 class _Truth:
-    truth: GroundTruth | None
+    """A ground truth in the form the reward reads: built once per distinct ground truth
+    (cached), so everything derived from it alone is computed here, not per rollout."""
+
+    model: GroundTruth | None
+    """The parsed ground truth when it was handed over parsed; None when read from JSON (see
+    `source`) or invalid."""
     expected: tuple[CallKey, ...] = ()
     free: Mapping[str, frozenset[str]] = field(default_factory=dict)
     missing_words: tuple[str, ...] = ()
     answers: tuple[PreparedAnswer, ...] = ()
     error: str = ""
+    category: str = ""
+    no_call: bool = False
+    """Irrelevance and clarification rows: the right behaviour is not to call."""
+    clarification: bool = False
+    valid: bool = False
+    source: str = ""
+    """The JSON a cached truth was read from. The cache keeps only what the reward reads,
+    not the pydantic model: its ~20 objects per ground truth would stay alive for the
+    garbage collector to walk on every full collection (measured: a third of the survivors
+    of a cold benchmark pass). `truth` re-reads it on demand (evaluation, once per case)."""
+
+    @property
+    def truth(self) -> GroundTruth | None:
+        """The ground truth (None when invalid)."""
+        if self.model is not None or not self.valid:
+            return self.model
+        return GroundTruth.from_json(self.source)
 
 
 @dataclass(slots=True)
@@ -110,50 +132,69 @@ class RewardBreakdown:
         }
 
 
+@lru_cache(maxsize=1024)
+def _schema_defaults(registry: ToolRegistry, name: str) -> tuple[tuple[str, Any], ...]:
+    """(argument, default) for every parameter of `name` whose schema has a default, in
+    schema order. Per registry and tool name (the registry is hashed by identity)."""
+    return tuple(
+        (key, prop["default"])
+        for key, prop in registry.properties(name).items()
+        if isinstance(prop, Mapping) and "default" in prop
+    )
+
+
 def _expected_key(
     name: str, arguments: Mapping[str, Any], free: frozenset[str], registry: ToolRegistry
 ) -> CallKey:
     """Expected calls come from the generator, which executed them, so they are valid: only
     the schema defaults are filled in (what validation would add), which is all the key
     needs (numbers compare by value either way) and a third of validation's cost."""
-    properties = registry.properties(name)
     missing = [
-        key
-        for key, prop in properties.items()
-        if key not in arguments and isinstance(prop, Mapping) and "default" in prop
+        (key, value) for key, value in _schema_defaults(registry, name) if key not in arguments
     ]
     if missing:
-        arguments = {**arguments, **{key: properties[key]["default"] for key in missing}}
+        arguments = {**arguments, **dict(missing)}
     return call_key(name, arguments, free)
 
 
-def _build_truth(truth: GroundTruth, registry: ToolRegistry) -> _Truth:
+def _build_truth(truth: GroundTruth, registry: ToolRegistry, source: str = "") -> _Truth:
+    """Everything the reward reads of `truth`; with `source` (its JSON) the model itself is
+    not kept (see `_Truth.source`)."""
+    calls = truth.expected_calls
     free: dict[str, frozenset[str]] = {}
-    for call in truth.expected_calls:
+    for call in calls:
         if call.free_arguments:
             free[call.name] = free.get(call.name, frozenset()) | frozenset(call.free_arguments)
     expected = tuple(
         _expected_key(call.name, call.arguments, free.get(call.name, frozenset()), registry)
-        for call in truth.expected_calls
+        for call in calls
     )
     missing = truth.missing_argument or ""
     words = tuple(
         word for word in missing.casefold().replace("-", "_").split("_") if len(word) >= 3
     )
+    category = truth.category
     return _Truth(
-        truth,
+        None if source else truth,
         expected,
         free,
         words or ((missing.casefold(),) if missing else ()),
         tuple(prepare_answer(answer) for answer in truth.answers),
+        category=category.value,
+        no_call=category in _NO_CALL_CATEGORIES,
+        clarification=category is Category.CLARIFICATION,
+        valid=True,
+        source=source,
     )
 
 
 @lru_cache(maxsize=16_384)
 def _truth_from_json(text: str, registry: ToolRegistry) -> _Truth:
-    """Ground truths repeat (n rollouts per prompt), so parsing is cached by content."""
+    """Ground truths repeat (n rollouts per prompt), so parsing is cached by content: the
+    JSON string, bounded (least recently used dropped). `benchmarks/bench_reward.py` empties
+    it before every cold pass."""
     try:
-        return _build_truth(GroundTruth.from_json(text), registry)
+        return _build_truth(GroundTruth.from_json(text), registry, text)
     except (ValidationError, ValueError) as exc:
         return _Truth(None, error=f"invalid ground truth: {str(exc).splitlines()[0][:200]}")
 
@@ -183,7 +224,8 @@ def _count_retries(parsed: list[ParseResult], responses: list[list[str]]) -> int
     failed_turns: set[int] = set()
     for index, block in enumerate(responses):
         for response in block:
-            if _looks_like_error(response):
+            head = response[:200].lower()  # `_looks_like_error`, inlined (per response)
+            if "error" in head or "invalid" in head or "unknown function" in head:
                 failed_turns.add(index)
                 break
     if not failed_turns:
@@ -210,11 +252,18 @@ def _alignment(
     calls: list[ParsedCall], retries: int, truth: _Truth, weights: RuleWeights
 ) -> tuple[float, int]:
     free = truth.free
-    valid = [
-        call_key(c.name, c.cleaned, free[c.name]) if free and c.name in free else _key(c, c.cleaned)
-        for c in calls
-        if c.cleaned is not None
-    ]
+    valid: list[CallKey] = []
+    for c in calls:
+        cleaned = c.cleaned
+        if cleaned is None:
+            continue
+        if free and c.name in free:
+            valid.append(call_key(c.name, cleaned, free[c.name]))
+        else:  # `_key`, inlined (per call)
+            key: CallKey | None = c.shared.get("key")
+            if key is None:
+                key = c.shared["key"] = call_key(c.name, cleaned)
+            valid.append(key)
     invalid = len(calls) - len(valid)
     full, name_only = match_calls(valid, truth.expected)
     missing = len(truth.expected) - full - name_only
@@ -228,13 +277,13 @@ def _alignment(
 def _ground_truth_credit(
     answer: str, called: bool, full: int, truth: _Truth, weights: RuleWeights
 ) -> float:
-    gt = truth.truth
-    if gt is None or not answer.strip():
+    """`answer` is stripped (the final turn's visible text)."""
+    if not truth.valid or not answer:
         return 0.0
-    if gt.category in _NO_CALL_CATEGORIES:
+    if truth.no_call:
         if called:
             return 0.0
-        if gt.category is Category.CLARIFICATION:
+        if truth.clarification:
             lowered = answer.casefold()
             if any(word in lowered for word in truth.missing_words):
                 return weights.ground_truth_max
@@ -245,7 +294,7 @@ def _ground_truth_credit(
             answer, truth.answers, weights.numeric_rel_tol, weights.numeric_rounding_rel_tol
         )
         return weights.ground_truth_max * hits / len(truth.answers)
-    if gt.category in _NO_CALL_CATEGORIES:
+    if truth.no_call:
         return weights.ground_truth_max
     return weights.ground_truth_max * full / len(truth.expected) if truth.expected else 0.0
 
@@ -268,70 +317,92 @@ def score_rollout(
     config: RewardConfig | None = None,
     registry: ToolRegistry | None = None,
 ) -> RewardBreakdown:
-    """Score one rollout (the whole multi-turn response as verl decodes it)."""
+    """Score one rollout (the whole multi-turn response as verl decodes it).
+
+    Written for speed (it runs on every rollout of every step, see `benchmarks/
+    bench_reward.py`): one pass over the turns collects calls, errors and prose, and every
+    term's arithmetic is spelled out in the same order as before so scores stay identical
+    to the last bit (`tests/code/test_rewards_pinned.py`)."""
     config = config or DEFAULT_CONFIG
     weights = config.weights
     registry = registry or catalog_registry()
     truth = load_truth(ground_truth, registry)
-    result = RewardBreakdown(expected_calls=len(truth.expected))
-    if truth.truth is None:
-        result.score, result.error = weights.clip_low, truth.error
-        return result
-    result.category = truth.truth.category.value
+    if not truth.valid:
+        return RewardBreakdown(
+            score=weights.clip_low, expected_calls=len(truth.expected), error=truth.error
+        )
     if not isinstance(solution_str, str):
         solution_str = "" if solution_str is None else str(solution_str)
 
     transcript = split_transcript(solution_str)
-    parsed = [parse_tool_calls(turn, config.call_format, registry) for turn in transcript.turns]
-    errors = list(transcript.errors)
+    turns = transcript.turns
+    call_format = config.call_format
+    parsed: list[ParseResult] = []
     calls: list[ParsedCall] = []
-    for p in parsed:
-        if p.errors:
-            errors.extend(p.errors)
-        if p.calls:
-            calls.extend(p.calls)
+    errors = transcript.errors[:]
+    prose_parts: list[str] = []
+    for turn in turns:
+        result = parse_tool_calls(turn, call_format, registry)
+        parsed.append(result)
+        if result.errors:
+            errors.extend(result.errors)
+        turn_calls = result.calls
+        if turn_calls:
+            calls.extend(turn_calls)
+            prose_parts.append(_prose(turn, turn_calls))
+        else:
+            prose_parts.append(turn)
+    error_kinds: dict[str, int] = {}
     syntax_errors = 0
     for error in errors:
-        result.error_kinds[error.kind.value] = result.error_kinds.get(error.kind.value, 0) + 1
-        syntax_errors += error.kind in SYNTAX_KINDS
+        kind = error.kind
+        error_kinds[kind.value] = error_kinds.get(kind.value, 0) + 1
+        syntax_errors += kind in SYNTAX_KINDS
 
-    last_turn = transcript.turns[-1] if transcript.turns else ""
     answer = ""
     if not transcript.ended_in_tool_response and not parsed[-1].calls:
-        answer = visible_text(last_turn).strip()
-    result.finished = bool(answer)
+        answer = visible_text(turns[-1]).strip()
+    finished = bool(answer)
 
     retries = _count_retries(parsed, transcript.tool_responses) if transcript.tool_responses else 0
-    result.tool_alignment, result.matched_calls = _alignment(calls, retries, truth, weights)
-    result.ground_truth_match = _ground_truth_credit(
-        answer, bool(calls), result.matched_calls, truth, weights
-    )
-    result.format_penalty = 0.0 - min(
+    alignment, matched = _alignment(calls, retries, truth, weights)
+    ground_truth_match = _ground_truth_credit(answer, bool(calls), matched, truth, weights)
+    format_penalty = 0.0 - min(
         weights.format_penalty_cap, weights.format_penalty_per_error * syntax_errors
     )
-    result.unfinished_penalty = 0.0 if result.finished else -weights.unfinished_penalty
-    prose = " ".join(
-        _prose(turn, p.calls) for turn, p in zip(transcript.turns, parsed, strict=True)
-    )
+    unfinished_penalty = 0.0 if finished else -weights.unfinished_penalty
+    prose = " ".join(prose_parts)
     if len(prose) > _MAX_PROSE_CHARS:
         half = _MAX_PROSE_CHARS // 2
         prose = prose[:half] + " " + prose[-half:]
     rate = repetition_rate(prose, weights.repetition_ngram, weights.repetition_min_ngrams)
-    result.repetition_penalty = 0.0 - min(weights.repetition_cap, rate)
+    repetition_penalty = 0.0 - min(weights.repetition_cap, rate)
 
-    result.num_calls = len(calls)
-    result.malformed_calls = sum(1 for call in calls if call.errors)
-    result.valid_calls = result.num_calls - result.malformed_calls
-    result.format_errors = len(errors)
+    malformed = 0
+    for call in calls:
+        if call.errors:
+            malformed += 1
     total = (
-        result.format_penalty
-        + result.tool_alignment
-        + result.ground_truth_match
-        + result.unfinished_penalty
-        + result.repetition_penalty
+        format_penalty + alignment + ground_truth_match + unfinished_penalty + repetition_penalty
     )
-    result.score = min(weights.clip_high, max(weights.clip_low, total))
-    return result
+    return RewardBreakdown(
+        min(weights.clip_high, max(weights.clip_low, total)),
+        format_penalty,
+        alignment,
+        ground_truth_match,
+        unfinished_penalty,
+        repetition_penalty,
+        malformed,
+        len(calls),
+        len(calls) - malformed,
+        matched,
+        len(truth.expected),
+        len(errors),
+        finished,
+        truth.category,
+        "",
+        error_kinds,
+    )
 
 
 DEFAULT_CONFIG = RewardConfig()
