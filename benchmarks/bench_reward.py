@@ -151,7 +151,7 @@ def make_batch(transcripts: int, group: int, seed: int) -> list[tuple[str, str]]
 
 def reset_caches() -> None:
     catalog_registry().parse_cache.clear()
-    rule_module._truth_from_json.cache_clear()
+    rule_module.clear_truth_cache()
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, float]:

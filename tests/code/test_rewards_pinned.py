@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from training.parsing import catalog_registry
-from training.rewards import compute_score
+from training.rewards import RewardConfig, compute_score, score_rollout
 from training.rewards import rule as rule_module
 
 CORPUS = Path(__file__).parent / "fixtures" / "reward_pinned.json.gz"
@@ -40,7 +40,7 @@ def score(data: dict[str, Any], case: dict[str, Any]) -> dict[str, float | str]:
 
 def clear_caches() -> None:
     catalog_registry().parse_cache.clear()
-    rule_module._truth_from_json.cache_clear()
+    rule_module.clear_truth_cache()
 
 
 def test_scores_of_the_pinned_corpus_are_unchanged_with_caches_cold_and_warm() -> None:
@@ -50,6 +50,9 @@ def test_scores_of_the_pinned_corpus_are_unchanged_with_caches_cold_and_warm() -
     for attempt in ("cold", "warm"):  # first pass fills the ground-truth and call caches
         for index, case in enumerate(data["cases"]):
             got, expected = score(data, case), case["expected"]
+            config = RewardConfig(call_format=case["call_format"])
+            truth = data["truths"][case["truth"]]
+            assert score_rollout(case["text"], truth, config).as_dict() == got, (attempt, index)
             assert set(got) == set(expected), (attempt, index)
             assert {k: repr(v) for k, v in got.items()} == {
                 k: repr(v) for k, v in expected.items()

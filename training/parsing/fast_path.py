@@ -61,10 +61,12 @@ _SCAN_JSON: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once
 
 def _from_cache(scan: Scan, entry: CachedCall, start: int, end: int, syntax: CallSyntax) -> None:
     name, arguments, cleaned, errors, shared = entry
-    call = ParsedCall(len(scan.calls), name, arguments, start, end, syntax, [], cleaned, shared)
-    scan.calls.append(call)
-    for kind, detail in errors:
-        scan.fail(call, kind, detail)
+    calls = scan.calls
+    call = ParsedCall(len(calls), name, arguments, start, end, syntax, [], cleaned, shared)
+    calls.append(call)
+    if errors:
+        for kind, detail in errors:
+            scan.fail(call, kind, detail)
 
 
 def _finish(scan: Scan, call: ParsedCall, block: str, fresh: Fresh) -> None:
@@ -182,15 +184,15 @@ def _xml(scan: Scan, blocks: Blocks, fresh: Fresh) -> bool:
 
 def parse_well_formed(text: str, call_format: CallFormat, registry: ToolRegistry) -> Scan | None:
     """The calls of a turn whose every tag is well-formed, or None to use the full scanner."""
+    xml = FUNC_OPEN in text or PARAM_OPEN in text
+    if call_format == ("hermes" if xml else "qwen3_coder"):
+        return None  # the other format: the full scanner names it
     blocks = _blocks(text)
     if blocks is None:
         return None
     scan = Scan(text, call_format, registry)
     fresh: Fresh = []
-    if FUNC_OPEN in text or PARAM_OPEN in text:
-        if call_format == "hermes" or not _xml(scan, blocks, fresh):
-            return None
-    elif call_format == "qwen3_coder" or not _hermes(scan, blocks, fresh):
+    if not (_xml(scan, blocks, fresh) if xml else _hermes(scan, blocks, fresh)):
         return None
     if fresh:
         _remember(registry, fresh)

@@ -276,12 +276,16 @@ def _check_names_and_arguments(scan: Scan) -> None:
 def _check_turn_shape(scan: Scan) -> None:
     """Reasoning may come before the calls; answer prose between or after calls may not."""
     text, calls = scan.text, scan.calls
+    previous = calls[0]
     for index in range(1, len(calls)):
-        gap = text[calls[index - 1].end : calls[index].start]
-        if gap.strip() and calls[index].start >= calls[index - 1].end:
+        call = calls[index]
+        gap = text[previous.end : call.start]  # empty when the spans overlap
+        if gap and not gap.isspace():  # `gap.strip()` non-empty, without building it
             scan.turn_error(_K.CALL_AFTER_ANSWER, f"call after prose: {gap.strip()[:40]!r}", index)
-    tail = text[calls[-1].end :].strip()
-    if tail:
+        previous = call
+    tail = text[previous.end :]
+    if tail and not tail.isspace():
+        tail = tail.strip()
         scan.turn_error(_K.TEXT_AFTER_CALL, f"text after the last call: {tail[:40]!r}", None)
 
 

@@ -65,11 +65,12 @@ def call_key(
     """The matching key of a call: its name, then each argument name followed by the
     `canonical` form of its value, arguments in sorted order. Flat on purpose: one tuple per
     call instead of two per argument, which is faster to build and leaves far fewer objects
-    for the garbage collector (keys live in the reward's caches). A string value's form is
-    the normalised string itself (at this level only, where it can only meet another value's
-    form, never sit inside one: a string never equals a tuple, so equality is unchanged).
-    Arguments named in `free` (free text such as a search query, `ExpectedCall.
-    free_arguments`) only need to be present and non-empty."""
+    for the garbage collector (keys live in the reward's caches). At this level a string's
+    form is the normalised string itself and a finite number's the rounded float itself
+    (not `("s", ...)`/`("n", ...)`): a form here only ever meets the form of the same
+    argument of another call, and a string, a float and a tuple never compare equal, so
+    equality is the same as with `canonical`. Arguments named in `free` (free text such as
+    a search query, `ExpectedCall.free_arguments`) only need to be present and non-empty."""
     try:
         order = sorted(arguments)  # tool arguments have string keys: the old `str` order
     except TypeError:
@@ -81,6 +82,13 @@ def call_key(
             canon: Any = _FREE
         elif isinstance(value, str):
             canon = "".join(value.casefold().split())
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            try:  # `_number` without its tuple
+                number = float(value)
+            except OverflowError:
+                canon = ("n", str(value))
+            else:
+                canon = round(number, 6) if math.isfinite(number) else ("n", str(number))
         else:
             canon = canonical(value)
         parts.append(key if type(key) is str else str(key))

@@ -22,7 +22,7 @@ Only text the model wrote is read: tool responses are split off first (see
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -33,13 +33,13 @@ from training.data.schema import Category, GroundTruth
 from training.parsing import (
     SYNTAX_KINDS,
     ParsedCall,
-    ParseResult,
     ToolRegistry,
     catalog_registry,
     parse_tool_calls,
     split_transcript,
     visible_text,
 )
+from training.parsing.calls import CLOSE, FUNC_OPEN, OPEN
 from training.rewards.config import RewardConfig, RuleWeights
 from training.rewards.matching import (
     CallKey,
@@ -188,15 +188,37 @@ def _build_truth(truth: GroundTruth, registry: ToolRegistry, source: str = "") -
     )
 
 
-@lru_cache(maxsize=16_384)
+#: Distinct ground truths kept per registry (the whole cache is dropped when full).
+MAX_CACHED_TRUTHS = 16_384
+_TRUTHS: dict[ToolRegistry, dict[str, _Truth]] = {}
+
+
 def _truth_from_json(text: str, registry: ToolRegistry) -> _Truth:
     """Ground truths repeat (n rollouts per prompt), so parsing is cached by content: the
-    JSON string, bounded (least recently used dropped). `benchmarks/bench_reward.py` empties
-    it before every cold pass."""
-    try:
-        return _build_truth(GroundTruth.from_json(text), registry, text)
-    except (ValidationError, ValueError) as exc:
-        return _Truth(None, error=f"invalid ground truth: {str(exc).splitlines()[0][:200]}")
+    JSON string, per registry. A plain dict rather than `lru_cache`: a lookup is cheaper and
+    an entry leaves no key tuple or list node for the garbage collector to walk; the bound
+    is kept by dropping the cache when full (the call parse cache does the same).
+    `clear_truth_cache` empties it (benchmarks measuring a first pass)."""
+    cache = _TRUTHS.get(registry)
+    if cache is None:
+        if len(_TRUTHS) >= 64:  # registries built on the fly (tests, other catalogs)
+            _TRUTHS.clear()
+        cache = _TRUTHS[registry] = {}
+    truth = cache.get(text)
+    if truth is None:
+        try:
+            truth = _build_truth(GroundTruth.from_json(text), registry, text)
+        except (ValidationError, ValueError) as exc:
+            truth = _Truth(None, error=f"invalid ground truth: {str(exc).splitlines()[0][:200]}")
+        if len(cache) >= MAX_CACHED_TRUTHS:
+            cache.clear()
+        cache[text] = truth
+    return truth
+
+
+def clear_truth_cache() -> None:
+    """Empty the ground-truth cache (benchmarks measuring a first pass, tests)."""
+    _TRUTHS.clear()
 
 
 def load_truth(ground_truth: object, registry: ToolRegistry) -> _Truth:
@@ -219,7 +241,7 @@ def _looks_like_error(response: str) -> bool:
     return "error" in head or "invalid" in head or "unknown function" in head
 
 
-def _count_retries(parsed: list[ParseResult], responses: list[list[str]]) -> int:
+def _count_retries(parsed: Sequence[Sequence[ParsedCall]], responses: list[list[str]]) -> int:
     """Valid calls repeating a call whose turn got an error response: retries, not extras."""
     failed_turns: set[int] = set()
     for index, block in enumerate(responses):
@@ -232,8 +254,8 @@ def _count_retries(parsed: list[ParseResult], responses: list[list[str]]) -> int
         return 0
     failed: set[CallKey] = set()
     retries = 0
-    for index, result in enumerate(parsed):
-        keys = [_key(c, c.cleaned) for c in result.calls if c.cleaned is not None]
+    for index, turn_calls in enumerate(parsed):
+        keys = [_key(c, c.cleaned) for c in turn_calls if c.cleaned is not None]
         retries += sum(1 for key in keys if key in failed)
         if index in failed_turns:
             failed.update(keys)
@@ -311,60 +333,71 @@ def _prose(turn: str, calls: list[ParsedCall]) -> str:
     return " ".join(pieces)
 
 
-def score_rollout(
-    solution_str: str,
-    ground_truth: object,
-    config: RewardConfig | None = None,
-    registry: ToolRegistry | None = None,
-) -> RewardBreakdown:
-    """Score one rollout (the whole multi-turn response as verl decodes it).
+#: (score, format, alignment, ground truth, unfinished, repetition, malformed calls, calls,
+#: matched calls, format errors, finished)
+_Terms = tuple[float, float, float, float, float, float, int, int, int, int, bool]
+_NO_CALLS: tuple[ParsedCall, ...] = ()
+
+
+def _terms(
+    solution_str: object,
+    truth: _Truth,
+    config: RewardConfig,
+    registry: ToolRegistry,
+    error_kinds: dict[str, int] | None,
+) -> _Terms:
+    """Every term of a valid ground truth's score; counts error kinds into `error_kinds`.
 
     Written for speed (it runs on every rollout of every step, see `benchmarks/
-    bench_reward.py`): one pass over the turns collects calls, errors and prose, and every
+    bench_reward.py`): one pass over the turns collects calls, errors and prose, turns
+    without a tag skip the parser (what `parse_tool_calls` returns for them first), and every
     term's arithmetic is spelled out in the same order as before so scores stay identical
     to the last bit (`tests/code/test_rewards_pinned.py`)."""
-    config = config or DEFAULT_CONFIG
     weights = config.weights
-    registry = registry or catalog_registry()
-    truth = load_truth(ground_truth, registry)
-    if not truth.valid:
-        return RewardBreakdown(
-            score=weights.clip_low, expected_calls=len(truth.expected), error=truth.error
-        )
     if not isinstance(solution_str, str):
         solution_str = "" if solution_str is None else str(solution_str)
-
     transcript = split_transcript(solution_str)
     turns = transcript.turns
     call_format = config.call_format
-    parsed: list[ParseResult] = []
+    per_turn: list[Sequence[ParsedCall]] = []
     calls: list[ParsedCall] = []
     errors = transcript.errors[:]
     prose_parts: list[str] = []
     for turn in turns:
+        if OPEN not in turn and CLOSE not in turn and FUNC_OPEN not in turn:
+            per_turn.append(_NO_CALLS)
+            prose_parts.append(turn)
+            continue
         result = parse_tool_calls(turn, call_format, registry)
-        parsed.append(result)
         if result.errors:
             errors.extend(result.errors)
         turn_calls = result.calls
-        if turn_calls:
-            calls.extend(turn_calls)
-            prose_parts.append(_prose(turn, turn_calls))
-        else:
+        per_turn.append(turn_calls)
+        if not turn_calls:
             prose_parts.append(turn)
-    error_kinds: dict[str, int] = {}
+            continue
+        calls.extend(turn_calls)
+        pos = 0  # the turn's prose: `_prose`, inlined (joined once below, same separator)
+        for call in turn_calls:
+            if call.start >= pos:
+                prose_parts.append(turn[pos : call.start])
+                pos = call.end
+        prose_parts.append(turn[pos:])
     syntax_errors = 0
     for error in errors:
         kind = error.kind
-        error_kinds[kind.value] = error_kinds.get(kind.value, 0) + 1
+        if error_kinds is not None:
+            error_kinds[kind.value] = error_kinds.get(kind.value, 0) + 1
         syntax_errors += kind in SYNTAX_KINDS
 
     answer = ""
-    if not transcript.ended_in_tool_response and not parsed[-1].calls:
+    if not transcript.ended_in_tool_response and not per_turn[-1]:
         answer = visible_text(turns[-1]).strip()
     finished = bool(answer)
 
-    retries = _count_retries(parsed, transcript.tool_responses) if transcript.tool_responses else 0
+    retries = (
+        _count_retries(per_turn, transcript.tool_responses) if transcript.tool_responses else 0
+    )
     alignment, matched = _alignment(calls, retries, truth, weights)
     ground_truth_match = _ground_truth_credit(answer, bool(calls), matched, truth, weights)
     format_penalty = 0.0 - min(
@@ -385,7 +418,7 @@ def score_rollout(
     total = (
         format_penalty + alignment + ground_truth_match + unfinished_penalty + repetition_penalty
     )
-    return RewardBreakdown(
+    return (
         min(weights.clip_high, max(weights.clip_low, total)),
         format_penalty,
         alignment,
@@ -394,15 +427,80 @@ def score_rollout(
         repetition_penalty,
         malformed,
         len(calls),
-        len(calls) - malformed,
+        matched,
+        len(errors),
+        finished,
+    )
+
+
+def score_rollout(
+    solution_str: str,
+    ground_truth: object,
+    config: RewardConfig | None = None,
+    registry: ToolRegistry | None = None,
+) -> RewardBreakdown:
+    """Score one rollout (the whole multi-turn response as verl decodes it)."""
+    config = config or DEFAULT_CONFIG
+    registry = registry or catalog_registry()
+    truth = load_truth(ground_truth, registry)
+    if not truth.valid:
+        return RewardBreakdown(
+            score=config.weights.clip_low, expected_calls=len(truth.expected), error=truth.error
+        )
+    error_kinds: dict[str, int] = {}
+    score, fmt, align, gt, unfinished, rep, malformed, num, matched, nerr, finished = _terms(
+        solution_str, truth, config, registry, error_kinds
+    )
+    return RewardBreakdown(
+        score,
+        fmt,
+        align,
+        gt,
+        unfinished,
+        rep,
+        malformed,
+        num,
+        num - malformed,
         matched,
         len(truth.expected),
-        len(errors),
+        nerr,
         finished,
         truth.category,
         "",
         error_kinds,
     )
+
+
+def score_dict(
+    solution_str: str, ground_truth: object, config: RewardConfig | None = None
+) -> dict[str, float | str]:
+    """`score_rollout(...).as_dict()` without building the breakdown (verl's entry point
+    only needs the dict; same keys, same values)."""
+    config = config or DEFAULT_CONFIG
+    registry = catalog_registry()
+    truth = load_truth(ground_truth, registry)
+    if not truth.valid:
+        return score_rollout(solution_str, ground_truth, config, registry).as_dict()
+    score, fmt, align, gt, unfinished, rep, malformed, num, matched, nerr, finished = _terms(
+        solution_str, truth, config, registry, None
+    )
+    return {
+        "score": score,
+        "format_penalty": fmt,
+        "tool_alignment": align,
+        "ground_truth_match": gt,
+        "unfinished_penalty": unfinished,
+        "repetition_penalty": rep,
+        "malformed_calls": float(malformed),
+        "num_calls": float(num),
+        "valid_calls": float(num - malformed),
+        "matched_calls": float(matched),
+        "expected_calls": float(len(truth.expected)),
+        "format_errors": float(nerr),
+        "finished": float(finished),
+        "category": truth.category,
+        "error": "",
+    }
 
 
 DEFAULT_CONFIG = RewardConfig()

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from training.rewards.config import RewardConfig
 from training.rewards.drift_log import record_sample
-from training.rewards.rule import DEFAULT_CONFIG, RewardBreakdown, score_rollout
+from training.rewards.rule import DEFAULT_CONFIG, RewardBreakdown, score_dict
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +78,16 @@ def compute_score(
     """Rule-based reward for one rollout, as a dict with `score` and its components."""
     del data_source, extra_info  # the ground truth carries everything this reward needs
     try:
-        config = resolve_config(kwargs.get("reward_config"), kwargs.get("call_format"))
+        config = (
+            resolve_config(kwargs.get("reward_config"), kwargs.get("call_format"))
+            if kwargs
+            else DEFAULT_CONFIG
+        )
     except (ValidationError, ValueError, TypeError) as exc:
         # a bad config is an operator error: fail loudly, never train on a wrong reward
         raise ValueError(f"invalid reward config in reward_kwargs: {exc}") from exc
     try:
-        scored = score_rollout(solution_str, ground_truth, config).as_dict()
+        scored = score_dict(solution_str, ground_truth, config)
     except Exception as exc:
         logger.exception("reward failed; scoring the rollout as broken")
         broken = RewardBreakdown(
