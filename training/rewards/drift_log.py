@@ -10,12 +10,26 @@ from typing import IO, Any
 
 DRIFT_DIR_ENV = "TOOLRL_DRIFT_DIR"
 _sink: tuple[int, IO[str]] | None = None
+_ENV_KEY = os.environ.encodekey(DRIFT_DIR_ENV)
+
+
+def _drift_dir() -> str | None:
+    """`os.environ.get(DRIFT_DIR_ENV)`, read on every call (a test or the driver may set it
+    at any time). It runs once per scored rollout and is usually unset, where
+    `os.environ.get` raises and catches a KeyError inside (~0.8 us, 2% of the reward's
+    time): the mapping `os.environ` reads from (CPython's `_Environ._data`, keyed by
+    `encodekey`) answers the same without one. Falls back to `os.environ.get` elsewhere."""
+    data = getattr(os.environ, "_data", None)
+    if not isinstance(data, dict):
+        return os.environ.get(DRIFT_DIR_ENV)
+    raw = data.get(_ENV_KEY)
+    return None if raw is None else os.environ.decodevalue(raw)
 
 
 def record_sample(breakdown: dict[str, Any]) -> None:
     """Append one rollout's call counts; a no-op unless the job driver set the directory."""
     global _sink
-    directory = os.environ.get(DRIFT_DIR_ENV)
+    directory = _drift_dir()
     if not directory:
         return
     pid = os.getpid()
