@@ -9,9 +9,15 @@ The data mimic a GRPO batch: 1,250 tasks x 8 rollouts. Each task has 1-3 tool tu
 1-2 calls each, random arguments (cities, currencies, amounts, expressions, dates), in the
 hermes or qwen3_coder format. Per rollout: ~65% correct, ~10% wrong arguments, ~25% with a
 malformed call (garbage in a name, stray attributes, unclosed tags, bad JSON, schema
-violations, the other format, prose after a call, a hallucinated tool response). Caches
-(ground truth, parsed calls) start empty for every measured pass; within a group they hit
-the way they do in training. A no-cache pass and a naive regex parser (MiniMind/verl style:
+violations, the other format, prose after a call, a hallucinated tool response).
+
+Caches (`CACHES`, also written to the result): the reward keeps parsed ground truths keyed by
+the exact JSON string, and checked tool calls keyed by the exact text of one
+`<tool_call>...</tool_call>` block. Nothing is keyed by a transcript or a turn. Both are
+emptied before every measured pass of the headline figure, so that pass reads each of the
+10,000 distinct transcripts once with caches starting empty; within it they hit only where
+a group's rollouts share the ground truth or write the very same call, as in training. A pass
+with the call cache off and a naive regex parser (MiniMind/verl style:
 `<tool_call>(.*?)</tool_call>` + json.loads, no error kinds, no validation) give baselines.
 
 "Warm caches" re-scores the same batch with caches kept (prompts and calls already seen),
@@ -39,6 +45,15 @@ from training.rewards import rule as rule_module
 from training.rewards.samples import render_hermes, render_xml, tool_turn
 
 RESULTS = Path(__file__).parent / "results" / "reward.json"
+CACHES = {
+    "ground_truth": "parsed ground truths keyed by the exact JSON string "
+    "(training.rewards.rule; per registry, dropped when 16,384 are held)",
+    "calls": "checked tool calls keyed by the exact text of one <tool_call>...</tool_call> "
+    "block (training.parsing.fast_path; per registry, dropped when 65,536 are held)",
+    "cold_pass": "both emptied before every measured pass of reward_transcripts_per_s: each "
+    "distinct transcript is read once; hits only where rollouts of a group share the ground "
+    "truth or the exact call text. Nothing is keyed by a transcript or a turn.",
+}
 CITIES = ["Paris", "Rome", "Berlin", "Tokyo", "New York", "北京", "Cairo", "Lima", "Oslo",
           "Madrid", "Sydney", "Toronto", "Seoul", "Mumbai", "Nairobi", "Dublin"]  # fmt: skip
 CURRENCIES = ["USD", "EUR", "GBP", "JPY", "CNY", "CHF", "CAD", "AUD"]
@@ -150,6 +165,7 @@ def make_batch(transcripts: int, group: int, seed: int) -> list[tuple[str, str]]
 
 
 def reset_caches() -> None:
+    """Empty every cache the reward keeps (`CACHES`)."""
     catalog_registry().parse_cache.clear()
     rule_module.clear_truth_cache()
 
@@ -243,7 +259,7 @@ def main() -> None:
             (time.process_time() - cpu, time.perf_counter() - wall)
         )
     saved = fast_path.MAX_CACHED_CALLS
-    fast_path.MAX_CACHED_CALLS = 0  # every call parsed and validated from scratch
+    fast_path.MAX_CACHED_CALLS = 0  # call cache off: every call parsed and validated
     try:
         figures["reward_no_call_cache"] = [timed(reward_pass) for _ in range(args.repeats)]
         figures["parser_no_call_cache"] = [timed(parse_pass) for _ in range(args.repeats)]
@@ -273,6 +289,7 @@ def main() -> None:
         "parser_calls_per_s_no_call_cache": rate("parser_no_call_cache", call_count),
         "naive_regex_parser_calls_per_s": rate("naive", call_count),
         "targets": {"reward_transcripts_per_s": 20_000, "parser_calls_per_s": 50_000},
+        "caches": CACHES,
         "load_avg_1m_before": round(load_before, 2),
         "load_avg_1m_after": round(os.getloadavg()[0], 2),
         "cpus_pinned": 1,
