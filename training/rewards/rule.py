@@ -234,19 +234,15 @@ def load_truth(ground_truth: object, registry: ToolRegistry) -> _Truth:
     return _Truth(None, error=f"invalid ground truth: got {type(ground_truth).__name__}")
 
 
-def _looks_like_error(response: str) -> bool:
-    """A tool response reporting a failure (mock mode injects realistic ones). Lowercasing
-    a short head and testing substrings is ~7x faster than a case-insensitive regex."""
-    head = response[:200].lower()
-    return "error" in head or "invalid" in head or "unknown function" in head
-
-
 def _count_retries(parsed: Sequence[Sequence[ParsedCall]], responses: list[list[str]]) -> int:
-    """Valid calls repeating a call whose turn got an error response: retries, not extras."""
+    """Valid calls repeating a call whose turn got an error response: retries, not extras.
+    A response reports an error (mock mode injects realistic ones) when its lowercased head
+    names one; lowercasing a short head and testing substrings is ~7x faster than a
+    case-insensitive regex."""
     failed_turns: set[int] = set()
     for index, block in enumerate(responses):
         for response in block:
-            head = response[:200].lower()  # `_looks_like_error`, inlined (per response)
+            head = response[:200].lower()
             if "error" in head or "invalid" in head or "unknown function" in head:
                 failed_turns.add(index)
                 break
@@ -321,18 +317,6 @@ def _ground_truth_credit(
     return weights.ground_truth_max * full / len(truth.expected) if truth.expected else 0.0
 
 
-def _prose(turn: str, calls: list[ParsedCall]) -> str:
-    if not calls:
-        return turn
-    pieces, pos = [], 0
-    for call in calls:
-        if call.start >= pos:
-            pieces.append(turn[pos : call.start])
-            pos = call.end
-    pieces.append(turn[pos:])
-    return " ".join(pieces)
-
-
 #: (score, format, alignment, ground truth, unfinished, repetition, malformed calls, calls,
 #: matched calls, format errors, finished)
 _Terms = tuple[float, float, float, float, float, float, int, int, int, int, bool]
@@ -377,7 +361,7 @@ def _terms(
             prose_parts.append(turn)
             continue
         calls.extend(turn_calls)
-        pos = 0  # the turn's prose: `_prose`, inlined (joined once below, same separator)
+        pos = 0  # the turn's prose: the text around its calls (all joined once, below)
         for call in turn_calls:
             if call.start >= pos:
                 prose_parts.append(turn[pos : call.start])
