@@ -10,6 +10,7 @@ import pytest
 
 from training.cpu_backend.grpo import LOSS_TYPES, grpo_arguments
 from training.cpu_backend.run import resolve_model, resolve_paths
+from training.cpu_backend.sft import sft_arguments
 from training.spec.model import TrainingSpec, load_spec
 
 SPEC_FILE = Path(__file__).resolve().parents[2] / "training" / "specs" / "cpu_tiny.yaml"
@@ -100,3 +101,31 @@ def test_tiny_scheme_must_agree_with_the_call_format(tmp_path: Path) -> None:
 def test_cpu_section_rejects_unknown_keys() -> None:
     with pytest.raises(ValueError, match="sft_stepz"):
         make_spec(cpu={"sft_stepz": 3})
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.25])
+def test_sft_schedule_ends_at_its_floor_not_at_zero(tmp_path: Path, ratio: float) -> None:
+    """The full-prompt steps come last in the curriculum: the floor is what they train at."""
+    import torch
+    from transformers import get_scheduler
+    from trl.trainer.sft_config import SFTConfig
+
+    spec = make_spec(cpu={"sft_steps": 40, "sft_lr": 0.003, "sft_min_lr_ratio": ratio})
+    config = SFTConfig(**sft_arguments(spec, tmp_path))
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config.learning_rate)
+    scheduler = get_scheduler(
+        config.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=config.warmup_steps,
+        num_training_steps=config.max_steps,
+        scheduler_specific_kwargs=config.lr_scheduler_kwargs,
+    )
+    for _ in range(config.max_steps):
+        optimizer.step()
+        scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.003 * ratio, abs=1e-9)
+
+
+def test_sft_min_lr_ratio_is_bounded() -> None:
+    with pytest.raises(ValueError, match="sft_min_lr_ratio"):
+        make_spec(cpu={"sft_min_lr_ratio": 1.5})

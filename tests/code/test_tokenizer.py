@@ -56,3 +56,20 @@ def test_tool_tags_survive_skip_special_tokens(tiny_tokenizer) -> None:  # type:
     text = '<tool_call>\n{"name": "x", "arguments": {}}\n</tool_call>'
     ids = tiny_tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
     assert tiny_tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+def test_tiny_model_starts_with_sharp_enough_attention(tmp_path: Path) -> None:
+    """Unit query/key norm gains cap a logit at sqrt(head_dim) (5.7 here): over a 2,400-token
+    tool prompt no head could put even a fifth of its weight on one token."""
+    from transformers import AutoModelForCausalLM
+
+    from training.model.tiny import TinyModelConfig, build_tiny_model
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(build_tiny_model(tmp_path, TinyModelConfig(qk_norm_gain=2.0)))
+    )
+    for layer in model.model.layers:
+        assert bool((layer.self_attn.q_norm.weight == 2.0).all())
+        assert bool((layer.self_attn.k_norm.weight == 2.0).all())
+    with pytest.raises(ValueError, match="qk_norm_gain"):
+        TinyModelConfig(qk_norm_gain=0)

@@ -164,6 +164,39 @@ class SharedPrefixSFTTrainer(SFTTrainer):
         return (loss, None) if return_outputs else loss
 
 
+def sft_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
+    """The spec as `SFTConfig` keyword arguments (pure: tested without training)."""
+    cpu = spec.cpu
+    return {
+        "output_dir": str(output_dir),
+        "max_steps": cpu.sft_steps,
+        "per_device_train_batch_size": cpu.sft_batch_size,
+        "learning_rate": cpu.sft_lr,
+        "lr_scheduler_type": "cosine_with_min_lr",
+        "lr_scheduler_kwargs": {"min_lr_rate": cpu.sft_min_lr_ratio},
+        "warmup_steps": max(1, cpu.sft_steps // 20),
+        "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+        "assistant_only_loss": False,  # rows come tokenized, with assistant-only labels
+        "max_length": None,
+        "packing": False,
+        "use_cpu": True,
+        "bf16": False,
+        "fp16": False,
+        "gradient_checkpointing": False,
+        "logging_steps": max(1, min(10, cpu.sft_steps // 10)),
+        "save_strategy": "steps",
+        "save_steps": max(1, cpu.sft_save_freq),
+        "save_total_limit": None,
+        "report_to": [],
+        "seed": cpu.seed,
+        "data_seed": cpu.seed,
+        "train_sampling_strategy": "sequential",
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+    }
+
+
 @dataclass(frozen=True)
 class SftResult:
     model_dir: Path
@@ -220,33 +253,7 @@ def run_sft(
     if not rows:
         raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
     model = AutoModelForCausalLM.from_pretrained(str(base_model))
-    args = SFTConfig(
-        output_dir=str(sft_dir / ".trainer"),
-        max_steps=cpu.sft_steps,
-        per_device_train_batch_size=cpu.sft_batch_size,
-        learning_rate=cpu.sft_lr,
-        lr_scheduler_type="cosine",
-        warmup_steps=max(1, cpu.sft_steps // 20),
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        assistant_only_loss=False,  # rows come tokenized, with assistant-only labels
-        max_length=None,
-        packing=False,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        gradient_checkpointing=False,
-        logging_steps=max(1, min(10, cpu.sft_steps // 10)),
-        save_strategy="steps",
-        save_steps=max(1, cpu.sft_save_freq),
-        save_total_limit=None,
-        report_to=[],
-        seed=cpu.seed,
-        data_seed=cpu.seed,
-        train_sampling_strategy="sequential",
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-    )
+    args = SFTConfig(**sft_arguments(spec, sft_dir / ".trainer"))
     trainer = SharedPrefixSFTTrainer(
         model=model,
         args=args,

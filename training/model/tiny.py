@@ -24,6 +24,15 @@ class TinyModelConfig(BaseModel):
     intermediate_size: int = Field(default=384, ge=16, description="MLP width.")
     max_positions: int = Field(default=4_096, ge=256, description="Context length.")
     seed: int = Field(default=0, description="Initialisation seed.")
+    qk_norm_gain: float = Field(
+        default=2.0,
+        gt=0,
+        le=8,
+        description="Initial weight of Qwen3's query/key RMSNorms. With unit gains an "
+        "attention logit is at most sqrt(head_dim) (5.7 at head_dim 32), too flat to pick the "
+        "user's question out of a 2,400-token tool prompt; production models (head_dim 128) "
+        "learn large gains, a tiny model trained for minutes never gets there from 1.",
+    )
 
 
 def build_tiny_model(out_dir: Path, config: TinyModelConfig | None = None) -> Path:
@@ -52,6 +61,10 @@ def build_tiny_model(out_dir: Path, config: TinyModelConfig | None = None) -> Pa
         pad_token_id=pad_id,
     )
     model = Qwen3ForCausalLM(model_config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_norm.weight.fill_(config.qk_norm_gain)
+            layer.self_attn.k_norm.weight.fill_(config.qk_norm_gain)
     model.generation_config = GenerationConfig(
         eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=False
     )

@@ -165,6 +165,13 @@ class CpuSection(_Section):
         description="First SFT steps on prompts without the tool block (a curriculum: short "
         "sequences teach attention local patterns at a tenth of the cost); then full prompts.",
     )
+    sft_min_lr_ratio: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="SFT cosine schedule floor as a share of sft_lr: the full-prompt steps "
+        "come last in the curriculum and still need a learning rate to adapt.",
+    )
     sft_max_length: int = Field(
         default=4_096, ge=256, description="SFT rows longer than this are dropped, never cut."
     )
