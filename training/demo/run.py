@@ -21,8 +21,10 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from training.demo.progress import CheckpointWatcher
 from training.demo.services import ManagedService, ServiceStack, free_port, service_stack
 from training.pipeline.config import REPO_ROOT
+from training.spec.model import load_spec
 
 console = Console(stderr=True)
 BIN = Path(sys.executable).parent
@@ -59,12 +61,15 @@ def _env(workdir: Path, ports: dict[str, int]) -> dict[str, str]:
     }
 
 
+DEMO_SPEC = REPO_ROOT / "training" / "specs" / "cpu_tiny.yaml"
+
+
 def _write_pipeline_config(workdir: Path, rows: int) -> None:
     config = {
         "dataset_rows": rows,
         "data_root": str(workdir / "datasets"),
         "workdir": str(workdir / "pipeline"),
-        "training_spec": str(REPO_ROOT / "training" / "specs" / "cpu_tiny.yaml"),
+        "training_spec": str(DEMO_SPEC),
         "training_backend": "cpu",
         "thresholds": str(REPO_ROOT / "training" / "specs" / "thresholds_demo.yaml"),
         "retries": 1,
@@ -248,13 +253,33 @@ def serve_and_chat(
     return ask_front_door(f"http://127.0.0.1:{ports['frontdoor']}/v1")
 
 
+def describe_answer(answer: dict[str, Any]) -> str:
+    """The front door's reply in one line: the final text and the MCP calls the agent loop
+    executed on the way (listed under the `toolrl` extension field; the final assistant
+    message carries none, because the calls were already run)."""
+    choices = answer.get("choices") if isinstance(answer.get("choices"), list) else None
+    message = choices[0].get("message", {}) if choices and isinstance(choices[0], dict) else {}
+    content = message.get("content") if isinstance(message, dict) else None
+    extension = answer.get("toolrl")
+    listed = extension.get("tool_calls") if isinstance(extension, dict) else None
+    calls = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
+    if not calls:
+        return f"{content!r} (answered without calling a tool)"
+    rendered = ", ".join(
+        f"{c.get('name')}({json.dumps(c.get('arguments'), ensure_ascii=False)})"
+        + (" -> tool error" if c.get("is_error") else "")
+        for c in calls
+    )
+    plural = "" if len(calls) == 1 else "s"
+    return f"{content!r} after {len(calls)} real MCP tool call{plural}: {rendered}"
+
+
 def _summary(
     workdir: Path, dataset: Path, env: dict[str, str], answer: dict[str, Any], elapsed: float
 ) -> None:
     pipeline = workdir / "pipeline"
     reports = sorted(pipeline.rglob("candidate.html"))
     decisions = sorted(pipeline.rglob("gate_decision.json"))
-    message = (answer.get("choices") or [{}])[0].get("message", {})
     console.rule("[bold green]toolrl demo finished")
     console.print(f"total time            {elapsed / 60:.1f} min")
     console.print(f"dataset version       {dataset.name}  ({dataset})")
@@ -277,8 +302,7 @@ def _summary(
         f"sqlite:///{workdir / 'mlflow' / 'mlflow.db'}"
     )
     if answer:
-        calls = [c for c in message.get("tool_calls") or []]
-        console.print(f"served answer         {message.get('content')!r} ({len(calls)} tool calls)")
+        console.print(f"served answer         {describe_answer(answer)}")
     console.print(f"logs                  {workdir / 'logs'}")
 
 
@@ -304,12 +328,18 @@ def run_demo(workdir: Path, rows: int = 2_000) -> None:
         start_services(stack, workdir, env, ports)
         run_dag("toolcall_dataset", env, workdir / "logs" / "dag-dataset.log")
         dataset = _published_dataset(workdir)
-        run_dag(
-            "toolcall_retraining",
-            env,
-            workdir / "logs" / "dag-retraining.log",
-            {"dataset_dir": str(dataset), "backend": "cpu"},
-        )
+        cpu = load_spec(DEMO_SPEC).cpu
+        with CheckpointWatcher(
+            workdir / "pipeline",
+            lambda message: console.print(f"     [dim]training:[/dim] {message}"),
+            totals={"sft": cpu.sft_steps, "grpo": cpu.grpo_steps},
+        ):
+            run_dag(
+                "toolcall_retraining",
+                env,
+                workdir / "logs" / "dag-retraining.log",
+                {"dataset_dir": str(dataset), "backend": "cpu"},
+            )
         promoted, reasons = gate_outcome(workdir)
         answer: dict[str, Any] = {}
         if promoted:

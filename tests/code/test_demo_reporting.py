@@ -1,0 +1,92 @@
+"""What the demo prints: training milestones from the checkpoint folder while the DAG waits,
+and the served answer with the MCP calls the front door ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training.demo.progress import CheckpointWatcher
+from training.demo.run import describe_answer
+
+
+def test_watcher_reports_each_milestone_once_in_order(tmp_path: Path) -> None:
+    run = tmp_path / "manual__1" / "checkpoints"
+    said: list[str] = []
+    watcher = CheckpointWatcher(tmp_path, said.append, totals={"sft": 700, "grpo": 10})
+    assert watcher.poll() == []
+    (run / "sft" / "global_step_100").mkdir(parents=True)
+    (run / "eval_before.json").write_text(json.dumps({"parseable_rate": 0, "tool_selection": 0.2}))
+    assert watcher.poll() == [
+        "SFT checkpoint: step 100/700",
+        "quick eval base model: parseable 0%, right tool 20%",
+    ]
+    (run / "sft" / "global_step_200").mkdir()
+    (run / "global_step_5").mkdir()
+    (run / "eval_sft.json").write_text(json.dumps({"parseable_rate": 0.97, "tool_selection": 0.4}))
+    assert watcher.poll() == [
+        "SFT checkpoint: step 200/700",
+        "GRPO checkpoint: step 5/10",
+        "quick eval after SFT: parseable 97%, right tool 40%",
+    ]
+    assert watcher.poll() == []
+    assert said == [
+        "SFT checkpoint: step 100/700",
+        "quick eval base model: parseable 0%, right tool 20%",
+        "SFT checkpoint: step 200/700",
+        "GRPO checkpoint: step 5/10",
+        "quick eval after SFT: parseable 97%, right tool 40%",
+    ]
+
+
+@pytest.mark.parametrize("content", ["", "{", "[]", '{"parseable_rate": "x"}', "\x00\xff"])
+def test_watcher_survives_half_written_or_hostile_eval_files(tmp_path: Path, content: str) -> None:
+    run = tmp_path / "r" / "checkpoints"
+    run.mkdir(parents=True)
+    (run / "eval_grpo.json").write_text(content, encoding="utf-8", errors="surrogateescape")
+    (run / "global_step_x").mkdir()  # not a step folder: ignored
+    said: list[str] = []
+    assert CheckpointWatcher(tmp_path, said.append).poll() == [
+        "quick eval after GRPO: done (eval_grpo.json)"
+    ]
+
+
+def test_watcher_thread_stops_on_exit(tmp_path: Path) -> None:
+    said: list[str] = []
+    with CheckpointWatcher(tmp_path, said.append, interval_s=0.01) as watcher:
+        (tmp_path / "a" / "checkpoints" / "global_step_1").mkdir(parents=True)
+        for _ in range(500):
+            if said:
+                break
+            watcher._stop.wait(0.01)
+    assert said == ["GRPO checkpoint: step 1"]
+    assert watcher._thread is not None and not watcher._thread.is_alive()
+
+
+def reply(toolrl: Any) -> dict[str, Any]:
+    return {
+        "choices": [{"message": {"role": "assistant", "content": "It is 18 C."}}],
+        "toolrl": toolrl,
+    }
+
+
+def test_answer_lists_the_calls_the_front_door_executed() -> None:
+    calls = [{"name": "get_current_weather", "arguments": {"location": "Paris"}, "is_error": False}]
+    line = describe_answer(reply({"tool_calls": calls}))
+    assert line == (
+        '\'It is 18 C.\' after 1 real MCP tool call: get_current_weather({"location": "Paris"})'
+    )
+    calls.append({"name": "get_current_time", "arguments": {}, "is_error": True})
+    assert "2 real MCP tool calls" in describe_answer(reply({"tool_calls": calls}))
+    assert "get_current_time({}) -> tool error" in describe_answer(reply({"tool_calls": calls}))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{}, {"choices": []}, {"choices": "x"}, reply(None), reply({"tool_calls": "x"}), reply([])],
+)
+def test_answer_without_calls_or_malformed_says_so(answer: dict[str, Any]) -> None:
+    assert describe_answer(answer).endswith("(answered without calling a tool)")
