@@ -54,7 +54,10 @@ def test_watcher_survives_half_written_or_hostile_eval_files(tmp_path: Path, con
     ]
 
 
-def test_watcher_thread_stops_on_exit(tmp_path: Path) -> None:
+def test_watcher_thread_stops_on_exit_and_skips_earlier_runs(tmp_path: Path) -> None:
+    earlier = tmp_path / "earlier" / "checkpoints"
+    (earlier / "sft" / "global_step_700").mkdir(parents=True)
+    (earlier / "eval_sft.json").write_text("{}")
     said: list[str] = []
     with CheckpointWatcher(tmp_path, said.append, interval_s=0.01) as watcher:
         (tmp_path / "a" / "checkpoints" / "global_step_1").mkdir(parents=True)

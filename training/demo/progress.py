@@ -56,8 +56,9 @@ class CheckpointWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def poll(self) -> list[str]:
-        """New milestone messages since the last poll (also reported through `say`)."""
+    def poll(self, quiet: bool = False) -> list[str]:
+        """New milestone messages since the last poll (also reported through `say` unless
+        `quiet`)."""
         messages: list[str] = []
         for run in sorted(self.root.glob("*/checkpoints")):
             found: list[tuple[str, str]] = []
@@ -76,7 +77,7 @@ class CheckpointWatcher:
                 if key not in self._seen:
                     self._seen.add(key)
                     messages.append(message)
-        for message in messages:
+        for message in messages if not quiet else []:
             self.say(message)
         return messages
 
@@ -85,6 +86,8 @@ class CheckpointWatcher:
             self.poll()
 
     def __enter__(self) -> CheckpointWatcher:
+        # earlier runs in the same workdir (a second `make demo`) are history, not progress
+        self.poll(quiet=True)
         self._thread = threading.Thread(target=self._loop, name="demo-progress", daemon=True)
         self._thread.start()
         return self
