@@ -194,3 +194,19 @@ def test_weights_go_to_the_s3_artifact_store(
     assert any(k.endswith("model/model.safetensors") for k in keys)
     weights = download(uri, resolve(uri, "models:/toolrl-s3@champion"), tmp_path / "cache")
     assert (weights / "model.safetensors").read_bytes() == b"s3" * 100
+
+
+def test_demo_serves_the_champion_an_earlier_run_left(mlflow_server: str, tmp_path: Path) -> None:
+    """A second `make demo` whose candidate is rejected still has a champion to serve."""
+    from training.demo.run import current_champion
+
+    name = "toolrl-demo-champion-test"
+    assert current_champion(mlflow_server, name) is None  # no such model yet
+    v1 = register_candidate(mlflow_server, name, model_dir(tmp_path, "one"), lineage("demo-1"),
+                            eval_report(tmp_path / "r1" / "report.json"))  # fmt: skip
+    assert current_champion(mlflow_server, name) is None  # a challenger is not a champion
+    promote(mlflow_server, name, v1.version)
+    v2 = register_candidate(mlflow_server, name, model_dir(tmp_path, "two"), lineage("demo-2"),
+                            eval_report(tmp_path / "r2" / "report.json"))  # fmt: skip
+    record_gate(mlflow_server, name, v2.version, decision(tmp_path / "d2.json", "reject"))
+    assert current_champion(mlflow_server, name) == v1.version

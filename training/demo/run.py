@@ -274,8 +274,25 @@ def describe_answer(answer: dict[str, Any]) -> str:
     return f"{content!r} after {len(calls)} real MCP tool call{plural}: {rendered}"
 
 
+def current_champion(tracking_uri: str, name: str = MODEL_NAME) -> str | None:
+    """The registry's `champion` version now (after this run's gate), or None if none yet:
+    a rejected candidate leaves an earlier demo run's champion in place, and that one serves."""
+    from training.registry.registry import RegistryError, resolve
+
+    try:
+        return resolve(tracking_uri, f"models:/{name}@champion").version
+    except RegistryError:
+        return None
+
+
 def _summary(
-    workdir: Path, dataset: Path, env: dict[str, str], answer: dict[str, Any], elapsed: float
+    workdir: Path,
+    dataset: Path,
+    env: dict[str, str],
+    answer: dict[str, Any],
+    elapsed: float,
+    champion: str | None,
+    promoted: bool,
 ) -> None:
     pipeline = workdir / "pipeline"
     reports = sorted(pipeline.rglob("candidate.html"))
@@ -291,11 +308,11 @@ def _summary(
         console.print(
             f"gate decision         {decision['decision']} {decision.get('reasons') or ''}"
         )
-    entry = (
-        f"models:/{MODEL_NAME}@champion"
-        if answer
-        else f"{MODEL_NAME}: candidate registered as rejected, no champion yet"
-    )
+    if champion:
+        how = "promoted by this run" if promoted else "unchanged: this run's candidate rejected"
+        entry = f"models:/{MODEL_NAME}@champion = version {champion} ({how})"
+    else:
+        entry = f"{MODEL_NAME}: candidate registered as rejected, no champion yet"
     console.print(f"registry              {entry} in {workdir / 'mlflow' / 'mlflow.db'}")
     console.print(
         f"MLflow UI (later)     {BIN / 'mlflow'} ui --backend-store-uri "
@@ -341,12 +358,15 @@ def run_demo(workdir: Path, rows: int = 2_000) -> None:
                 {"dataset_dir": str(dataset), "backend": "cpu"},
             )
         promoted, reasons = gate_outcome(workdir)
+        champion = current_champion(env["MLFLOW_TRACKING_URI"])
         answer: dict[str, Any] = {}
-        if promoted:
-            answer = serve_and_chat(stack, workdir, env, ports)
-        else:  # a rejection is a result of the gate, not a failure of the pipeline
-            console.print(
-                f"[yellow]the gate rejected the candidate: {reasons}. The champion "
-                "is unchanged; with no champion there is nothing to serve.[/yellow]"
+        if not promoted:  # a rejection is a result of the gate, not a failure of the pipeline
+            kept = (
+                f"the champion (version {champion}) is unchanged and answers the chat"
+                if champion
+                else "with no champion yet there is nothing to serve"
             )
-        _summary(workdir, dataset, env, answer, time.monotonic() - started)
+            console.print(f"[yellow]the gate rejected the candidate: {reasons}. {kept}.[/yellow]")
+        if champion:
+            answer = serve_and_chat(stack, workdir, env, ports)
+        _summary(workdir, dataset, env, answer, time.monotonic() - started, champion, promoted)
