@@ -113,23 +113,60 @@ class RewardBreakdown:
     error_kinds: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | str]:
-        return {
-            "score": self.score,
-            "format_penalty": self.format_penalty,
-            "tool_alignment": self.tool_alignment,
-            "ground_truth_match": self.ground_truth_match,
-            "unfinished_penalty": self.unfinished_penalty,
-            "repetition_penalty": self.repetition_penalty,
-            "malformed_calls": float(self.malformed_calls),
-            "num_calls": float(self.num_calls),
-            "valid_calls": float(self.valid_calls),
-            "matched_calls": float(self.matched_calls),
-            "expected_calls": float(self.expected_calls),
-            "format_errors": float(self.format_errors),
-            "finished": float(self.finished),
-            "category": self.category,
-            "error": self.error,
-        }
+        return _result_dict(
+            self.score,
+            self.format_penalty,
+            self.tool_alignment,
+            self.ground_truth_match,
+            self.unfinished_penalty,
+            self.repetition_penalty,
+            self.malformed_calls,
+            self.num_calls,
+            self.valid_calls,
+            self.matched_calls,
+            self.expected_calls,
+            self.format_errors,
+            self.finished,
+            self.category,
+            self.error,
+        )
+
+
+def _result_dict(
+    score: float,
+    fmt: float,
+    align: float,
+    gt: float,
+    unfinished: float,
+    rep: float,
+    malformed: int,
+    num: int,
+    valid: int,
+    matched: int,
+    expected: int,
+    nerr: int,
+    finished: bool,
+    category: str,
+    error: str,
+) -> dict[str, float | str]:
+    """The dict verl receives: one definition of its keys for `as_dict` and `score_dict`."""
+    return {
+        "score": score,
+        "format_penalty": fmt,
+        "tool_alignment": align,
+        "ground_truth_match": gt,
+        "unfinished_penalty": unfinished,
+        "repetition_penalty": rep,
+        "malformed_calls": float(malformed),
+        "num_calls": float(num),
+        "valid_calls": float(valid),
+        "matched_calls": float(matched),
+        "expected_calls": float(expected),
+        "format_errors": float(nerr),
+        "finished": float(finished),
+        "category": category,
+        "error": error,
+    }
 
 
 @lru_cache(maxsize=1024)
@@ -468,23 +505,23 @@ def score_dict(
     score, fmt, align, gt, unfinished, rep, malformed, num, matched, nerr, finished = _terms(
         solution_str, truth, config, registry, None
     )
-    return {
-        "score": score,
-        "format_penalty": fmt,
-        "tool_alignment": align,
-        "ground_truth_match": gt,
-        "unfinished_penalty": unfinished,
-        "repetition_penalty": rep,
-        "malformed_calls": float(malformed),
-        "num_calls": float(num),
-        "valid_calls": float(num - malformed),
-        "matched_calls": float(matched),
-        "expected_calls": float(len(truth.expected)),
-        "format_errors": float(nerr),
-        "finished": float(finished),
-        "category": truth.category,
-        "error": "",
-    }
+    return _result_dict(
+        score,
+        fmt,
+        align,
+        gt,
+        unfinished,
+        rep,
+        malformed,
+        num,
+        num - malformed,
+        matched,
+        len(truth.expected),
+        nerr,
+        finished,
+        truth.category,
+        "",
+    )
 
 
 DEFAULT_CONFIG = RewardConfig()
