@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from training.cpu_backend.grpo import LOSS_TYPES, grpo_arguments
-from training.cpu_backend.run import resolve_model, resolve_paths
 from training.cpu_backend.sft import sft_arguments
 from training.spec.model import TrainingSpec, load_spec
+from training.spec.resolve import resolve_model, resolve_paths
 
 SPEC_FILE = Path(__file__).resolve().parents[2] / "training" / "specs" / "cpu_tiny.yaml"
 

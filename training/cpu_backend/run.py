@@ -29,12 +29,10 @@ from training.cpu_backend.sft import run_sft
 from training.cpu_backend.tools import McpToolRunner, ToolSchema
 from training.cpu_backend.tracking import LogCallback, Tracker
 from training.spec.model import TrainingSpec
+from training.spec.resolve import resolve_model, resolve_paths
 
 logger = logging.getLogger(__name__)
 
-TINY_SCHEME = "tiny://"
-"""`model.path: tiny://hermes` (or `tiny://qwen3_coder`): build the tiny Qwen3 for that
-call format in `<workdir>/base_model` instead of loading a model."""
 REPORT = "cpu_report.json"
 """Written to the workdir beside the job's `result.json`: timings, speeds, losses, rewards
 and the quick eval before training, after SFT and after GRPO."""
@@ -47,32 +45,6 @@ MODEL_FILES = (
     "chat_template.jinja",
     "special_tokens_map.json",
 )
-
-
-def resolve_model(spec: TrainingSpec, workdir: Path) -> Path:
-    """The base model directory; a `tiny://` model is built once (atomically)."""
-    path = spec.model.path
-    if not path.startswith(TINY_SCHEME):
-        return Path(path)
-    from training.model.tiny import TinyModelConfig, build_tiny_model
-
-    call_format = path[len(TINY_SCHEME) :] or spec.model.call_format
-    if call_format != spec.model.call_format:
-        raise ValueError(
-            f"model.path {path!r} names call format {call_format!r} but model.call_format is "
-            f"{spec.model.call_format!r}"
-        )
-    target = workdir / "base_model"
-    if (target / "model.safetensors").is_file():
-        return target
-    scratch = workdir / ".base_model.tmp"
-    shutil.rmtree(scratch, ignore_errors=True)
-    build_tiny_model(
-        scratch, TinyModelConfig(call_format=spec.model.call_format, seed=spec.cpu.seed)
-    )
-    shutil.rmtree(target, ignore_errors=True)
-    scratch.rename(target)
-    return target
 
 
 @contextmanager
@@ -175,21 +147,6 @@ def _eval_metrics(stage: str, payload: dict[str, Any]) -> dict[str, float]:
         "seconds",
     )
     return {f"eval/{stage}/{k}": float(payload[k]) for k in keys if k in payload}
-
-
-def resolve_paths(spec: TrainingSpec, workdir: Path) -> TrainingSpec:
-    """Relative data paths resolve against the workdir (so a spec file is portable)."""
-
-    def absolute(path: str) -> str:
-        return path if "://" in path or Path(path).is_absolute() else str(workdir / path)
-
-    data = spec.data.model_copy(
-        update={
-            "train_files": [absolute(p) for p in spec.data.train_files],
-            "test_files": [absolute(p) for p in spec.data.test_files],
-        }
-    )
-    return spec.model_copy(update={"data": data})
 
 
 def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:

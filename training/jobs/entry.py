@@ -26,6 +26,7 @@ from training.checkpoints.layout import latest_complete_step, repair_tracker, st
 from training.checkpoints.s3 import CheckpointStore, make_client
 from training.jobs.result import TrainingResult
 from training.spec.model import TrainingSpec, load_spec
+from training.spec.resolve import resolve_model, resolve_paths
 
 logger = logging.getLogger("toolrl.jobs")
 EXIT_INCOMPLETE = 3
@@ -60,6 +61,15 @@ def _count_rows(files: list[str]) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
+def prepare_verl_spec(spec: TrainingSpec, workdir: Path) -> TrainingSpec:
+    """The spec verl is given: data paths absolute under the workdir and a `tiny://` model
+    built there (or the one already there: a warm-started model placed in
+    `<workdir>/base_model` is used as is), as the CPU backend resolves them."""
+    spec = resolve_paths(spec, workdir)
+    model_dir = resolve_model(spec, workdir)
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"path": str(model_dir)})})
+
+
 def run_verl(spec: TrainingSpec, workdir: Path, poll_s: float = 10.0) -> dict[str, float] | None:
     """Run verl's trainer; stop it if the format-drift guard fires. Returns the drift
     summary when the run was stopped for drift, else None (raises if verl fails)."""
@@ -73,7 +83,13 @@ def run_verl(spec: TrainingSpec, workdir: Path, poll_s: float = 10.0) -> dict[st
     if spec.checkpoint.s3_uri:
         env["TOOLRL_CHECKPOINT_S3_URI"] = spec.checkpoint.s3_uri
         env["TOOLRL_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
-    command = [sys.executable, "-m", "verl.trainer.main_ppo", *validated.overrides]
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        *validated.overrides,
+        *worker_env_overrides(env),
+    ]
     watcher = DriftWatcher(
         drift_dir,
         spec.data.train_batch_size * spec.rollout.n,
@@ -81,6 +97,23 @@ def run_verl(spec: TrainingSpec, workdir: Path, poll_s: float = 10.0) -> dict[st
         spec.drift.window,
     )
     return supervise(command, env, watcher, poll_s)
+
+
+def worker_env_overrides(env: dict[str, str]) -> list[str]:
+    """verl's trainer starts its own Ray driver, whose actors (the trainer that uploads
+    checkpoints, the reward workers that log format drift) do not inherit this process's
+    environment: the settings they read travel in verl's `ray_init.runtime_env` instead.
+    Non-secret names only, as in the job's own runtime_env."""
+    from training.jobs.drift_guard import DRIFT_DIR_ENV
+    from training.jobs.submit import FORWARDED_ENV
+    from training.spec.overrides import hydra_value
+
+    names = (DRIFT_DIR_ENV, "TOOLRL_CHECKPOINT_S3_URI", "TOOLRL_CHECKPOINT_KEEP", *FORWARDED_ENV)
+    return [
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={hydra_value(env[name])}"
+        for name in names
+        if env.get(name)
+    ]
 
 
 def supervise(
@@ -150,6 +183,8 @@ def run(spec: TrainingSpec, workdir: Path, backend: str) -> TrainingResult:
         outcome: dict[str, Any] = run_local(spec, workdir)
         result = TrainingResult.model_validate(outcome)
     else:
+        spec_hash = spec.spec_hash()  # lineage names the user's spec, not the resolved paths
+        spec = prepare_verl_spec(spec, workdir)
         run_verl(spec, workdir)
         final = latest_complete_step(run_dir) or 0
         planned = planned_steps(spec, _count_rows(spec.data.train_files))
@@ -158,7 +193,7 @@ def run(spec: TrainingSpec, workdir: Path, backend: str) -> TrainingResult:
             status="succeeded" if final >= planned else "incomplete",
             final_step=final,
             planned_step=planned,
-            spec_hash=spec.spec_hash(),
+            spec_hash=spec_hash,
             dataset_version=spec.data.dataset_version,
             checkpoint_dir=str(run_dir),
             merged_model_dir=str(merged) if merged else None,

@@ -32,6 +32,12 @@ class ModelSection(_Section):
     )
     enable_thinking: bool = Field(default=False, description="Render <think> in prompts.")
     gradient_checkpointing: bool = Field(default=True, description="Trade compute for memory.")
+    attn_implementation: Literal["flash_attention_2", "sdpa", "eager"] = Field(
+        default="flash_attention_2",
+        description="Attention of the actor and reference in verl. flash_attention_2 needs the "
+        "flash-attn wheel and lets verl drop padding; sdpa runs where no flash-attn build "
+        "matches the CUDA/torch pair (sequences then stay padded). vLLM picks its own kernel.",
+    )
 
 
 class DataSection(_Section):

@@ -71,7 +71,10 @@ def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
         # model
         "actor_rollout_ref.model.path": spec.model.path,
         "actor_rollout_ref.model.enable_gradient_checkpointing": spec.model.gradient_checkpointing,
-        "actor_rollout_ref.model.use_remove_padding": True,
+        # padding removal packs sequences, which only flash-attn's varlen kernels keep apart
+        "actor_rollout_ref.model.use_remove_padding": (
+            spec.model.attn_implementation == "flash_attention_2"
+        ),
         # algorithm
         "algorithm.adv_estimator": a.adv_estimator,
         "algorithm.use_kl_in_reward": False,
@@ -142,6 +145,10 @@ def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
         values[f"{actor}.megatron.tensor_model_parallel_size"] = p.megatron_tensor_parallel
         values[f"{actor}.megatron.pipeline_model_parallel_size"] = p.megatron_pipeline_parallel
         values[f"{actor}.megatron.expert_model_parallel_size"] = p.megatron_expert_parallel
+    if spec.model.attn_implementation != "flash_attention_2":
+        values["+actor_rollout_ref.model.override_config.attn_implementation"] = (
+            spec.model.attn_implementation
+        )
     if spec.schedule.total_training_steps is not None:
         values["trainer.total_training_steps"] = spec.schedule.total_training_steps
     if spec.checkpoint.s3_uri:

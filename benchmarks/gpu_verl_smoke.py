@@ -1,0 +1,136 @@
+"""Summarise a `benchmarks/gpu_verl_smoke.sh` run into one JSON of figures.
+
+The shell script does the wiring (MCP server, Ray head, `toolrl train submit`); this reads
+what the run left behind, so the figures come from the run's own records rather than from
+the script's expectations: verl's per-step console metrics in the job log, the job's
+`result.json`, the MCP server's Prometheus counters (tool calls the bridge really made), the
+reward's drift log (calls and malformed calls per rollout) and the checkpoint tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+METRIC = re.compile(r"([\w/@.\-]+):(-?[\d.]+(?:e[-+]?\d+)?)")
+KEPT_METRICS = (
+    "timing_s/step",
+    "timing_s/gen",
+    "timing_s/reward",
+    "timing_s/old_log_prob",
+    "timing_s/ref",
+    "timing_s/update_actor",
+    "timing_s/update_weights",
+    "timing_s/save_checkpoint",
+    "perf/throughput",
+    "perf/max_memory_allocated_gb",
+    "critic/score/mean",
+    "critic/rewards/mean",
+    "actor/pg_loss",
+    "actor/kl_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "response_length/mean",
+    "prompt_length/mean",
+    "num_turns/mean",
+)
+TOOL_CALLS = re.compile(r'^toolrl_mcp_tool_calls_total\{tool="([^"]+)"\} (\d+)', re.MULTILINE)
+TOOL_ERRORS = re.compile(r'^toolrl_mcp_tool_errors_total\{tool="([^"]+)"\} (\d+)', re.MULTILINE)
+
+
+def step_metrics(job_log: str) -> dict[int, dict[str, float]]:
+    """verl's console logger prints `step:N - key:value - ...` once per step."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in job_log.splitlines():
+        match = STEP_LINE.search(line)
+        if not match:
+            continue
+        values = {key: float(value) for key, value in METRIC.findall(match.group(2))}
+        steps[int(match.group(1))] = {k: values[k] for k in KEPT_METRICS if k in values}
+    return steps
+
+
+def stage_seconds(times_file: Path) -> dict[str, float]:
+    """Seconds between consecutive marks of the shell script."""
+    if not times_file.is_file():
+        return {}
+    marks = [line.split() for line in times_file.read_text().splitlines() if line.strip()]
+    return {
+        f"{name}_s": round(float(stamp) - float(previous), 1)
+        for (_, previous), (name, stamp) in itertools.pairwise(marks)
+    }
+
+
+def mcp_calls(metrics_text: str) -> dict[str, Any]:
+    calls = {tool: int(n) for tool, n in TOOL_CALLS.findall(metrics_text)}
+    errors = {tool: int(n) for tool, n in TOOL_ERRORS.findall(metrics_text)}
+    return {
+        "total": sum(calls.values()),
+        "errors": sum(errors.values()),
+        "by_tool": {t: n for t, n in sorted(calls.items()) if n},
+    }
+
+
+def drift_totals(drift_dir: Path) -> dict[str, int]:
+    rollouts = calls = malformed = 0
+    for file in sorted(drift_dir.glob("*.jsonl")) if drift_dir.is_dir() else []:
+        for line in file.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a killed worker
+            rollouts += 1
+            calls += int(record.get("calls", 0))
+            malformed += int(record.get("malformed", 0))
+    return {"rollouts_scored": rollouts, "calls_parsed": calls, "malformed_calls": malformed}
+
+
+def checkpoint_tree(run_dir: Path) -> dict[str, Any]:
+    saved = (p for p in run_dir.glob("global_step_*") if p.is_dir())
+    steps = sorted(int(p.name.removeprefix("global_step_")) for p in saved)
+    tracker = run_dir / "latest_checkpointed_iteration.txt"
+    return {
+        "steps_saved": steps,
+        "tracker": tracker.read_text().strip() if tracker.is_file() else None,
+    }
+
+
+def summarise(workdir: Path, out_dir: Path, status: str) -> dict[str, Any]:
+    job_log = out_dir / "job.log"
+    result_file = workdir / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.is_file() else None
+    metrics_file = workdir / "mcp_metrics.txt"
+    merged = Path(result["merged_model_dir"]) if result and result.get("merged_model_dir") else None
+    return {
+        "status": status,
+        "stages": stage_seconds(out_dir / "stages.times"),
+        "steps": step_metrics(job_log.read_text(errors="replace") if job_log.is_file() else ""),
+        "result": result,
+        "mcp_tool_calls": mcp_calls(metrics_file.read_text() if metrics_file.is_file() else ""),
+        "reward_drift_log": drift_totals(workdir / "drift"),
+        "checkpoints": checkpoint_tree(workdir / "checkpoints" / "gpu-tiny-smoke"),
+        "merged_files": sorted(p.name for p in merged.iterdir())
+        if merged and merged.is_dir()
+        else [],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--status", default="UNKNOWN")
+    args = parser.parse_args()
+    summary = summarise(args.workdir, args.out_dir, args.status)
+    text = json.dumps(summary, indent=2)
+    (args.out_dir / "gpu_verl_smoke.json").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The verl job's plumbing that a GPU run depends on and a CPU machine can check: the
+attention choice reaching verl's keys, settings reaching verl's own Ray actors, and the same
+portable spec (relative data, `tiny://` model) resolving as on the CPU backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training.jobs.entry import prepare_verl_spec, worker_env_overrides
+from training.spec.model import SpecError, TrainingSpec, load_spec
+from training.spec.overrides import build_overrides
+from training.spec.plan import compose_verl_config, plan
+
+SPECS = Path(__file__).resolve().parents[2] / "training" / "specs"
+
+
+def spec_with(**model: Any) -> TrainingSpec:
+    return TrainingSpec.model_validate(
+        {
+            "name": "t",
+            "model": {"path": "/m", "call_format": "hermes", **model},
+            "data": {
+                "train_files": ["/d/a.parquet"],
+                "test_files": ["/d/b.parquet"],
+                "train_batch_size": 8,
+            },
+            "batch": {"ppo_mini_batch_size": 8},
+        }
+    )
+
+
+def overrides_of(spec: TrainingSpec) -> dict[str, str]:
+    return dict(o.split("=", 1) for o in build_overrides(spec, "/tools.yaml"))
+
+
+def test_flash_attention_keeps_padding_removal_and_verls_default() -> None:
+    overrides = overrides_of(spec_with())
+    assert overrides["actor_rollout_ref.model.use_remove_padding"] == "true"
+    assert not any("attn_implementation" in key for key in overrides)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_other_attention_turns_padding_removal_off_and_reaches_verl(attention: str) -> None:
+    overrides = build_overrides(spec_with(attn_implementation=attention), "/tools.yaml")
+    as_dict = dict(o.split("=", 1) for o in overrides)
+    assert as_dict["actor_rollout_ref.model.use_remove_padding"] == "false"
+    config = compose_verl_config(overrides)
+    assert config.actor_rollout_ref.model.override_config.attn_implementation == attention
+    assert config.actor_rollout_ref.model.use_remove_padding is False
+
+
+def test_unknown_attention_is_refused_naming_the_field(tmp_path: Path) -> None:
+    text = (SPECS / "gpu_tiny_smoke.yaml").read_text(encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("attn_implementation: sdpa", "attn_implementation: flash3"))
+    with pytest.raises(SpecError, match="attn_implementation"):
+        load_spec(bad)
+
+
+def test_gpu_smoke_spec_plans_cleanly(tmp_path: Path) -> None:
+    result = plan(load_spec(SPECS / "gpu_tiny_smoke.yaml"), tmp_path)
+    assert "verl validate_config" in result.checks
+    assert "tool config loader" in result.checks
+    assert "trainer.total_training_steps=2" in result.overrides
+    assert "actor_rollout_ref.rollout.name=vllm" in result.overrides
+
+
+def test_worker_settings_travel_in_verls_runtime_env_and_secrets_never_do() -> None:
+    env = {
+        "TOOLRL_DRIFT_DIR": "/w/drift",
+        "TOOLRL_CHECKPOINT_S3_URI": "s3://b/ckpt",
+        "MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",
+        "AWS_SECRET_ACCESS_KEY": "do-not-leak",
+        "HOME": "/root",
+    }
+    overrides = worker_env_overrides(env)
+    joined = " ".join(overrides)
+    assert "do-not-leak" not in joined
+    assert "HOME" not in joined
+    config = compose_verl_config(overrides)
+    env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env_vars.TOOLRL_DRIFT_DIR == "/w/drift"
+    assert env_vars.TOOLRL_CHECKPOINT_S3_URI == "s3://b/ckpt"
+    assert env_vars.MLFLOW_TRACKING_URI == "http://127.0.0.1:5000"
+
+
+def test_no_settings_no_overrides() -> None:
+    assert worker_env_overrides({"PATH": "/bin"}) == []
+
+
+def test_verl_sees_the_same_resolved_spec_as_the_cpu_backend(tmp_path: Path) -> None:
+    spec = load_spec(SPECS / "gpu_tiny_smoke.yaml")
+    warm = tmp_path / "base_model"
+    warm.mkdir()
+    (warm / "model.safetensors").write_bytes(b"warm-started weights")
+    resolved = prepare_verl_spec(spec, tmp_path)
+    assert resolved.model.path == str(warm)  # a model already there is used, not rebuilt
+    assert resolved.data.train_files == [str(tmp_path / "data" / "train.parquet")]
+    assert resolved.data.test_files == [str(tmp_path / "data" / "test.parquet")]
+    assert (warm / "model.safetensors").read_bytes() == b"warm-started weights"
+
+
+def test_absolute_model_paths_pass_through(tmp_path: Path) -> None:
+    resolved = prepare_verl_spec(spec_with(path="/models/qwen"), tmp_path)
+    assert resolved.model.path == "/models/qwen"
+    assert resolved.data.train_files == ["/d/a.parquet"]
