@@ -23,6 +23,8 @@ RUN_KEY=gpu-smoke
 mkdir -p "$OUT" "$W"
 
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/stages.log"; }
+# HTTP GET through Python: GPU images do not always ship an HTTP client binary.
+http_get() { "$PY" -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$1" 2>/dev/null; }
 mark() { echo "$1 $(date +%s.%N)" >>"$OUT/stages.times"; }
 
 export PYTHONPATH="${SITE:+$SITE:}$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -67,10 +69,10 @@ log "MCP server (mock mode) on 127.0.0.1:8000"
   >"$OUT/mcp.log" 2>&1 &
 MCP_PID=$!
 for _ in $(seq 60); do
-  curl -sf http://127.0.0.1:8000/healthz >/dev/null && break
+  http_get http://127.0.0.1:8000/healthz >/dev/null && break
   sleep 0.5
 done
-curl -sf http://127.0.0.1:8000/healthz >/dev/null || { log "FAILED: MCP server"; exit 1; }
+http_get http://127.0.0.1:8000/healthz >/dev/null || { log "FAILED: MCP server"; exit 1; }
 mark mcp
 
 log "Ray head (1 GPU)"
@@ -78,7 +80,7 @@ log "Ray head (1 GPU)"
   --dashboard-port 8265 --num-gpus 1 --disable-usage-stats >>"$OUT/stages.log" 2>&1 \
   || { log "FAILED: ray start"; exit 1; }
 for _ in $(seq 60); do
-  curl -sf "$RAY_API/api/version" >/dev/null && break
+  http_get "$RAY_API/api/version" >/dev/null && break
   sleep 1
 done
 mark ray
@@ -105,7 +107,7 @@ if [ "$STATUS" != SUCCEEDED ]; then
   grep -l -E "Traceback|Error" /tmp/ray/session_latest/logs/*.err /tmp/ray/session_latest/logs/*.out 2>/dev/null \
     | head -20 | xargs -r tail -n 60 | head -c 4000000 >"$OUT/ray_errors.log"
 fi
-curl -sf http://127.0.0.1:8000/metrics >"$JW/mcp_metrics.txt" || true
+http_get http://127.0.0.1:8000/metrics >"$JW/mcp_metrics.txt" || true
 
 "$PY" benchmarks/gpu_verl_smoke.py --workdir "$JW" --out-dir "$OUT" --status "$STATUS" \
   | tee -a "$OUT/stages.log"
