@@ -107,3 +107,13 @@ def test_absolute_model_paths_pass_through(tmp_path: Path) -> None:
     resolved = prepare_verl_spec(spec_with(path="/models/qwen"), tmp_path)
     assert resolved.model.path == "/models/qwen"
     assert resolved.data.train_files == ["/d/a.parquet"]
+
+
+def test_spec_env_vars_and_worker_settings_compose_together(tmp_path: Path) -> None:
+    """The smoke spec sets a vLLM variable for verl's workers; the entrypoint adds the drift
+    directory under the same key tree. Both must survive composition (the command runs both)."""
+    result = plan(load_spec(SPECS / "gpu_tiny_smoke.yaml"), tmp_path)
+    command = result.overrides + worker_env_overrides({"TOOLRL_DRIFT_DIR": "/w/drift"})
+    env_vars = compose_verl_config(command).ray_kwargs.ray_init.runtime_env.env_vars
+    assert env_vars.VLLM_USE_FLASHINFER_SAMPLER == "0"  # a string, as Ray requires
+    assert env_vars.TOOLRL_DRIFT_DIR == "/w/drift"
