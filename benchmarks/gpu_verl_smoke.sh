@@ -29,6 +29,9 @@ mark() { echo "$1 $(date +%s.%N)" >>"$OUT/stages.times"; }
 
 export PYTHONPATH="${SITE:+$SITE:}$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
+# The spec passes this to verl's workers; the Ray head gets it too, so that every vLLM process
+# sees it however verl starts them (vLLM 0.24 otherwise imports flashinfer for its sampler).
+export VLLM_USE_FLASHINFER_SAMPLER=0
 # Ray runs a job's entrypoint with `python`: make it the interpreter this script uses (a
 # wrapper, not a symlink: a venv's interpreter reached through a link loses its venv).
 mkdir -p /tmp/toolrl-bin && rm -f /tmp/toolrl-bin/python  # never write through an old link
