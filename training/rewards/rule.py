@@ -358,6 +358,32 @@ def _ground_truth_credit(
 #: matched calls, format errors, finished)
 _Terms = tuple[float, float, float, float, float, float, int, int, int, int, bool]
 _NO_CALLS: tuple[ParsedCall, ...] = ()
+_Fields = tuple[
+    float, float, float, float, float, float, int, int, int, int, int, int, bool, str, str
+]
+
+
+def _fields(terms: _Terms, truth: _Truth) -> _Fields:
+    """A valid ground truth's terms as `RewardBreakdown`'s fields in order (without
+    `error_kinds`), so `score_rollout` and `score_dict` cannot list them differently."""
+    score, fmt, align, gt, unfinished, rep, malformed, num, matched, nerr, finished = terms
+    return (
+        score,
+        fmt,
+        align,
+        gt,
+        unfinished,
+        rep,
+        malformed,
+        num,
+        num - malformed,
+        matched,
+        len(truth.expected),
+        nerr,
+        finished,
+        truth.category,
+        "",
+    )
 
 
 def _terms(
@@ -469,27 +495,8 @@ def score_rollout(
             score=config.weights.clip_low, expected_calls=len(truth.expected), error=truth.error
         )
     error_kinds: dict[str, int] = {}
-    score, fmt, align, gt, unfinished, rep, malformed, num, matched, nerr, finished = _terms(
-        solution_str, truth, config, registry, error_kinds
-    )
-    return RewardBreakdown(
-        score,
-        fmt,
-        align,
-        gt,
-        unfinished,
-        rep,
-        malformed,
-        num,
-        num - malformed,
-        matched,
-        len(truth.expected),
-        nerr,
-        finished,
-        truth.category,
-        "",
-        error_kinds,
-    )
+    terms = _terms(solution_str, truth, config, registry, error_kinds)
+    return RewardBreakdown(*_fields(terms, truth), error_kinds)
 
 
 def score_dict(
@@ -502,26 +509,7 @@ def score_dict(
     truth = load_truth(ground_truth, registry)
     if not truth.valid:
         return score_rollout(solution_str, ground_truth, config, registry).as_dict()
-    score, fmt, align, gt, unfinished, rep, malformed, num, matched, nerr, finished = _terms(
-        solution_str, truth, config, registry, None
-    )
-    return _result_dict(
-        score,
-        fmt,
-        align,
-        gt,
-        unfinished,
-        rep,
-        malformed,
-        num,
-        num - malformed,
-        matched,
-        len(truth.expected),
-        nerr,
-        finished,
-        truth.category,
-        "",
-    )
+    return _result_dict(*_fields(_terms(solution_str, truth, config, registry, None), truth))
 
 
 DEFAULT_CONFIG = RewardConfig()
