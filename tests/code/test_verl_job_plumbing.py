@@ -117,3 +117,23 @@ def test_spec_env_vars_and_worker_settings_compose_together(tmp_path: Path) -> N
     env_vars = compose_verl_config(command).ray_kwargs.ray_init.runtime_env.env_vars
     assert env_vars.VLLM_USE_FLASHINFER_SAMPLER == "0"  # a string, as Ray requires
     assert env_vars.TOOLRL_DRIFT_DIR == "/w/drift"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "http://127.0.0.1:5000/?a=b&c=d",
+        "s3://bucket/with space/and'quote",
+        "/w/drift,with=[brackets]{braces}",
+        "true",
+        "123",
+    ],
+)
+def test_hostile_setting_values_reach_workers_verbatim(value: str) -> None:
+    """Values are quoted for Hydra: none can break the command line, add a key or turn into a
+    number or boolean (Ray accepts only strings as env values)."""
+    env_vars = compose_verl_config(
+        worker_env_overrides({"TOOLRL_DRIFT_DIR": value})
+    ).ray_kwargs.ray_init.runtime_env.env_vars
+    assert env_vars["TOOLRL_DRIFT_DIR"] == value
+    assert list(env_vars) == ["TOOLRL_DRIFT_DIR"]
