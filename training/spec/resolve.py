@@ -18,7 +18,7 @@ TINY_SCHEME = "tiny://"
 call format in `<workdir>/base_model` instead of loading a model."""
 
 
-def resolve_model(spec: TrainingSpec, workdir: Path, seed: int | None = None) -> Path:
+def resolve_model(spec: TrainingSpec, workdir: Path) -> Path:
     """The base model directory; a `tiny://` model is built once (atomically)."""
     path = spec.model.path
     if not path.startswith(TINY_SCHEME):
@@ -37,10 +37,7 @@ def resolve_model(spec: TrainingSpec, workdir: Path, seed: int | None = None) ->
     scratch = workdir / ".base_model.tmp"
     shutil.rmtree(scratch, ignore_errors=True)
     build_tiny_model(
-        scratch,
-        TinyModelConfig(
-            call_format=spec.model.call_format, seed=spec.cpu.seed if seed is None else seed
-        ),
+        scratch, TinyModelConfig(call_format=spec.model.call_format, seed=spec.cpu.seed)
     )
     shutil.rmtree(target, ignore_errors=True)
     scratch.rename(target)
