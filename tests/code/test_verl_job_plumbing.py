@@ -137,3 +137,32 @@ def test_hostile_setting_values_reach_workers_verbatim(value: str) -> None:
     ).ray_kwargs.ray_init.runtime_env.env_vars
     assert env_vars["TOOLRL_DRIFT_DIR"] == value
     assert list(env_vars) == ["TOOLRL_DRIFT_DIR"]
+
+
+def test_every_plan_sets_the_checkpoint_callback_without_s3() -> None:
+    """Completion markers come from the callback; a plan without S3 needs them as much."""
+    from training.spec.overrides import CHECKPOINT_CALLBACK
+
+    spec = spec_with()
+    assert spec.checkpoint.s3_uri is None
+    assert overrides_of(spec)["trainer.checkpoint_callback_class"] == CHECKPOINT_CALLBACK
+
+
+def test_steps_verl_saved_without_markers_are_named_in_the_result(tmp_path: Path) -> None:
+    from training.checkpoints.layout import TRACKER, mark_complete
+    from training.jobs.entry import unmarked_steps_message
+
+    run = tmp_path / "run"
+    (run / "global_step_1").mkdir(parents=True)
+    (run / "global_step_1" / "data.pt").write_bytes(b"x")
+    (run / "global_step_2").mkdir()
+    (run / TRACKER).write_text("2")
+    message = unmarked_steps_message(run, 0)
+    assert "step 2" in message and "checkpoint_callback_class" in message
+    mark_complete(run / "global_step_1")
+    assert "newest step with a completion marker is 1" in unmarked_steps_message(run, 1)
+    (run / TRACKER).write_text("1")
+    assert unmarked_steps_message(run, 1) == ""
+    for junk in ("", "two", "-"):
+        (run / TRACKER).write_text(junk)  # a tracker cut mid-write is no claim
+        assert unmarked_steps_message(run, 1) == ""

@@ -6,6 +6,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,3 +138,64 @@ def test_local_resume_rule_ignores_half_written_steps(tmp_path: Path) -> None:
     (half / "data.pt").write_bytes(b"truncated")  # a file changed after the marker
     assert not is_complete(half)
     assert latest_complete_step(run) == 10
+
+
+def verl_built_callback(run: Path) -> Any:
+    """The callback as verl's trainer builds it: from the class name a plan sets."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
+
+    from training.spec.overrides import CHECKPOINT_CALLBACK
+
+    config = OmegaConf.create(
+        {
+            "trainer": {
+                "checkpoint_callback_class": CHECKPOINT_CALLBACK,
+                "default_local_dir": str(run),
+            }
+        }
+    )
+    return build_checkpoint_callback(config)
+
+
+def test_verls_callback_marks_each_saved_step_without_s3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The H200 smoke run saved steps 1 and 2 with no callback set: no markers, so the final
+    step read 0. With the callback every plan now sets, each save is marked as verl makes it."""
+    monkeypatch.delenv("TOOLRL_CHECKPOINT_S3_URI", raising=False)
+    run = tmp_path / "run"
+    callback = verl_built_callback(run)
+    for step in (1, 2):
+        step_dir = make_step(run, step)
+        (run / TRACKER).write_text(str(step))  # verl writes its tracker before the hook
+        callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(step_dir))
+    assert latest_complete_step(run) == 2
+    assert repair_tracker(run) == 2
+
+
+def test_verls_callback_skips_async_saves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLRL_CHECKPOINT_S3_URI", raising=False)
+    run = tmp_path / "run"
+    step_dir = make_step(run, 3)
+    verl_built_callback(run).on_save(
+        trainer=None, global_step=3, checkpoint_dir=str(step_dir), async_save=True
+    )
+    assert latest_complete_step(run) is None  # files may still be in flight
+
+
+def test_verls_callback_mirrors_to_s3_and_prunes(
+    s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = make_client(s3_endpoint)
+    client.create_bucket(Bucket="ckpt-callback")
+    monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("TOOLRL_CHECKPOINT_S3_URI", "s3://ckpt-callback/runs/r1")
+    monkeypatch.setenv("TOOLRL_CHECKPOINT_KEEP", "2")
+    run = tmp_path / "run"
+    callback = verl_built_callback(run)
+    for step in (1, 2, 3):
+        callback.on_save(trainer=None, global_step=step, checkpoint_dir=str(make_step(run, step)))
+    store = CheckpointStore(client, "s3://ckpt-callback/runs/r1")
+    assert store.complete_steps() == [2, 3]
+    assert latest_complete_step(run) == 3

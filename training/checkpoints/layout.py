@@ -89,6 +89,14 @@ def latest_complete_step(run_dir: Path) -> int | None:
     return steps[-1] if steps else None
 
 
+def tracker_step(run_dir: Path) -> int | None:
+    """The step verl's own tracker names, or None when it is absent or unreadable."""
+    try:
+        return int((run_dir / TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def write_tracker(run_dir: Path, step: int) -> None:
     tmp = run_dir / f".{TRACKER}.tmp"
     tmp.write_text(str(step))

@@ -22,7 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.checkpoints.layout import latest_complete_step, repair_tracker, step_dir_name
+from training.checkpoints.layout import (
+    latest_complete_step,
+    repair_tracker,
+    step_dir_name,
+    tracker_step,
+)
 from training.checkpoints.s3 import CheckpointStore, make_client
 from training.jobs.result import TrainingResult
 from training.spec.model import TrainingSpec, load_spec
@@ -147,6 +152,19 @@ def supervise(
     return None
 
 
+def unmarked_steps_message(run_dir: Path, final: int) -> str:
+    """Say so when verl saved steps that carry no completion marker: those are never trusted
+    (not resumed from, not merged), and the usual cause is a replaced checkpoint callback."""
+    saved = tracker_step(run_dir)
+    if saved is None or saved <= final:
+        return ""
+    return (
+        f"verl's tracker names step {saved} but the newest step with a completion marker is "
+        f"{final}: the steps after it are not trusted. Keep trainer.checkpoint_callback_class "
+        "pointing at training.checkpoints.callback.CheckpointUploader (or a subclass)."
+    )
+
+
 def merge_checkpoint(run_dir: Path, step: int, target: Path) -> Path:
     """verl's merger: FSDP shards of the final actor -> one Hugging Face directory."""
     actor = run_dir / step_dir_name(step) / "actor"
@@ -197,6 +215,7 @@ def run(spec: TrainingSpec, workdir: Path, backend: str) -> TrainingResult:
             dataset_version=spec.data.dataset_version,
             checkpoint_dir=str(run_dir),
             merged_model_dir=str(merged) if merged else None,
+            message=unmarked_steps_message(run_dir, final),
         )
     if result.status == "succeeded" and not result.reached_planned_step:
         result = result.model_copy(

@@ -151,8 +151,9 @@ def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
         )
     if spec.schedule.total_training_steps is not None:
         values["trainer.total_training_steps"] = spec.schedule.total_training_steps
-    if spec.checkpoint.s3_uri:
-        values["trainer.checkpoint_callback_class"] = CHECKPOINT_CALLBACK
+    # Always: the callback writes the completion marker that resume and the final-step check
+    # trust; it mirrors to S3 only when the job's environment names a bucket.
+    values["trainer.checkpoint_callback_class"] = CHECKPOINT_CALLBACK
     overrides = [f"{key}={hydra_value(value)}" for key, value in values.items()]
     return overrides + list(spec.verl_overrides)
 
