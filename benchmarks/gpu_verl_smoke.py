@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
-METRIC = re.compile(r"([\w/@.\-]+):(-?[\d.]+(?:e[-+]?\d+)?)")
+# verl prints plain floats and, for some metrics, numpy reprs: `num_turns/mean:np.float64(3.5)`
+NUMBER = r"(?:np\.\w+\()?(-?[\d.]+(?:e[-+]?\d+)?)\)?"
+METRIC = re.compile(r"([\w/@.\-]+):" + NUMBER)
+VALIDATION = re.compile(r"'([\w/@.\-]+)': " + NUMBER)
 KEPT_METRICS = (
     "timing_s/step",
     "timing_s/gen",
@@ -28,8 +31,12 @@ KEPT_METRICS = (
     "timing_s/update_weights",
     "timing_s/save_checkpoint",
     "perf/throughput",
-    "perf/max_memory_allocated_gb",
+    "perf/total_num_tokens",
+    "actor/perf/max_memory_allocated_gb",
+    "timing_per_token_ms/gen",
     "critic/score/mean",
+    "critic/score/min",
+    "critic/score/max",
     "critic/rewards/mean",
     "actor/pg_loss",
     "actor/kl_loss",
@@ -38,6 +45,8 @@ KEPT_METRICS = (
     "response_length/mean",
     "prompt_length/mean",
     "num_turns/mean",
+    "num_turns/max",
+    "rollout_corr/kl",
 )
 TOOL_CALLS = re.compile(r'^toolrl_mcp_tool_calls_total\{tool="([^"]+)"\} (\d+)', re.MULTILINE)
 TOOL_ERRORS = re.compile(r'^toolrl_mcp_tool_errors_total\{tool="([^"]+)"\} (\d+)', re.MULTILINE)
@@ -53,6 +62,21 @@ def step_metrics(job_log: str) -> dict[int, dict[str, float]]:
         values = {key: float(value) for key, value in METRIC.findall(match.group(2))}
         steps[int(match.group(1))] = {k: values[k] for k in KEPT_METRICS if k in values}
     return steps
+
+
+def final_validation(job_log: str) -> dict[str, float]:
+    """verl pretty-prints `Final validation metrics: {...}` over several prefixed lines."""
+    start = job_log.find("Final validation metrics:")
+    if start < 0:
+        return {}
+    end = job_log.find("}", start)
+    block = job_log[start : end if end >= 0 else len(job_log)]
+    # each line is `(Actor pid=N)  "<piece of a Python string literal>"`, quoted ' or "
+    pieces = (
+        re.sub(r"^\(\w+ pid=\d+\)\s*\(?[\"']?|[\"']?\s*$", "", line) for line in block.splitlines()
+    )
+    joined = "".join(pieces)
+    return {key: float(value) for key, value in VALIDATION.findall(joined)}
 
 
 def stage_seconds(times_file: Path) -> dict[str, float]:
@@ -106,10 +130,12 @@ def summarise(workdir: Path, out_dir: Path, status: str) -> dict[str, Any]:
     result = json.loads(result_file.read_text()) if result_file.is_file() else None
     metrics_file = workdir / "mcp_metrics.txt"
     merged = Path(result["merged_model_dir"]) if result and result.get("merged_model_dir") else None
+    log_text = job_log.read_text(errors="replace") if job_log.is_file() else ""
     return {
         "status": status,
         "stages": stage_seconds(out_dir / "stages.times"),
-        "steps": step_metrics(job_log.read_text(errors="replace") if job_log.is_file() else ""),
+        "steps": step_metrics(log_text),
+        "final_validation": final_validation(log_text),
         "result": result,
         "mcp_tool_calls": mcp_calls(metrics_file.read_text() if metrics_file.is_file() else ""),
         "reward_drift_log": drift_totals(workdir / "drift"),

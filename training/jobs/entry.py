@@ -186,6 +186,24 @@ def merge_checkpoint(run_dir: Path, step: int, target: Path) -> Path:
     return target
 
 
+def verl_result(spec: TrainingSpec, workdir: Path, run_dir: Path, spec_hash: str) -> TrainingResult:
+    """After verl exits: the newest marked step is the final one (verl's tracker alone is not
+    trusted); it is merged to a Hugging Face directory and compared with the planned step."""
+    final = latest_complete_step(run_dir) or 0
+    planned = planned_steps(spec, _count_rows(spec.data.train_files))
+    merged = merge_checkpoint(run_dir, final, workdir / "merged") if final else None
+    return TrainingResult(
+        status="succeeded" if final >= planned else "incomplete",
+        final_step=final,
+        planned_step=planned,
+        spec_hash=spec_hash,
+        dataset_version=spec.data.dataset_version,
+        checkpoint_dir=str(run_dir),
+        merged_model_dir=str(merged) if merged else None,
+        message=unmarked_steps_message(run_dir, final),
+    )
+
+
 def run(spec: TrainingSpec, workdir: Path, backend: str) -> TrainingResult:
     run_dir = Path(spec.checkpoint.run_dir)
     if not run_dir.is_absolute():
@@ -204,19 +222,7 @@ def run(spec: TrainingSpec, workdir: Path, backend: str) -> TrainingResult:
         spec_hash = spec.spec_hash()  # lineage names the user's spec, not the resolved paths
         spec = prepare_verl_spec(spec, workdir)
         run_verl(spec, workdir)
-        final = latest_complete_step(run_dir) or 0
-        planned = planned_steps(spec, _count_rows(spec.data.train_files))
-        merged = merge_checkpoint(run_dir, final, workdir / "merged") if final else None
-        result = TrainingResult(
-            status="succeeded" if final >= planned else "incomplete",
-            final_step=final,
-            planned_step=planned,
-            spec_hash=spec_hash,
-            dataset_version=spec.data.dataset_version,
-            checkpoint_dir=str(run_dir),
-            merged_model_dir=str(merged) if merged else None,
-            message=unmarked_steps_message(run_dir, final),
-        )
+        result = verl_result(spec, workdir, run_dir, spec_hash)
     if result.status == "succeeded" and not result.reached_planned_step:
         result = result.model_copy(
             update={

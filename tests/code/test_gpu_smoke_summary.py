@@ -1,0 +1,65 @@
+"""The GPU smoke summariser reads figures from verl's own console output. The fixture is an
+unedited excerpt of the job log of the H200 run (2 GRPO steps, 2026-11-30)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXCERPT = Path(__file__).parent / "fixtures" / "verl_h200_job_log_excerpt.txt"
+
+
+@pytest.fixture(scope="module")
+def summary() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gpu_smoke_summary", ROOT / "benchmarks" / "gpu_verl_smoke.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_step_lines_give_timings_throughput_and_numpy_wrapped_metrics(summary: ModuleType) -> None:
+    steps = summary.step_metrics(EXCERPT.read_text())
+    assert sorted(steps) == [1, 2]
+    assert steps[2]["timing_s/gen"] == pytest.approx(2.189015807999965)
+    assert steps[2]["perf/throughput"] == pytest.approx(2682.354532287401)
+    assert steps[1]["num_turns/mean"] == pytest.approx(3.5625)  # printed as np.float64(3.5625)
+    assert steps[1]["num_turns/max"] == 8.0  # printed as np.int32(8)
+    assert steps[1]["critic/score/max"] == 3.0
+
+
+def test_final_validation_block_spread_over_prefixed_lines(summary: ModuleType) -> None:
+    metrics = summary.final_validation(EXCERPT.read_text())
+    assert metrics["val-core/toolrl/synthetic/reward/mean@1"] == pytest.approx(0.234375)
+    assert metrics["val-aux/toolrl/synthetic/ground_truth_match/mean@1"] == pytest.approx(0.390625)
+    assert metrics["val-aux/num_turns/mean"] == pytest.approx(3.75)  # the last, '-quoted piece
+    assert len(metrics) == 17
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "",
+        "step:x - nothing:here",
+        "Final validation metrics: {'a': np.float64(",  # cut mid-write
+        "step:3 - timing_s/step:nan - perf/throughput:inf",
+        "\x00\xff garbage step:",
+    ],
+)
+def test_damaged_logs_give_partial_figures_not_a_crash(summary: ModuleType, log: str) -> None:
+    assert isinstance(summary.step_metrics(log), dict)
+    assert isinstance(summary.final_validation(log), dict)
+
+
+def test_a_run_that_left_nothing_still_summarises(summary: ModuleType, tmp_path: Path) -> None:
+    result = summary.summarise(tmp_path / "no-workdir", tmp_path, "FAILED")
+    assert result["status"] == "FAILED"
+    assert result["steps"] == {} and result["checkpoints"]["steps_saved"] == []
