@@ -1,0 +1,51 @@
+"""The template-generalisation diagnostic's data side: the new rows it scores really are
+unseen rows of the training templates, and its lexical reference classifies them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+import pytest
+
+from training.data.config import GenerationConfig
+from training.data.generate import generate_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def diag() -> ModuleType:
+    path = ROOT / "benchmarks" / "diag_template_generalization.py"
+    spec = importlib.util.spec_from_file_location("diag_template_generalization", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_new_rows_share_templates_but_no_query_with_train(diag: ModuleType, tmp_path: Path) -> None:
+    generate_dataset(GenerationConfig(n=400, seed=0), tmp_path, progress=False)
+    train = pd.read_parquet(tmp_path / "train.parquet")
+    test = pd.read_parquet(tmp_path / "test.parquet")
+    assert not set(train["template_id"]) & set(test["template_id"])  # the split is by template
+    seen = diag.seen_template_rows(tmp_path, seed=1)
+    assert len(seen) > 100
+    assert {r["template_id"] for r in seen} <= set(train["template_id"])
+    assert not {r["query"] for r in seen} & set(train["query"])
+
+    bayes = diag.NaiveBayes().fit(
+        train["query"].tolist(), [diag.first_step_label(r) for r in train.to_dict("records")]
+    )
+    assert bayes.accuracy(seen) > bayes.accuracy(test.to_dict("records"))
+    assert 0.0 <= bayes.accuracy([]) <= 1.0
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\x00\x01", "未知的问题", "a" * 10_000])
+def test_naive_bayes_answers_any_query(diag: ModuleType, query: str) -> None:
+    bayes = diag.NaiveBayes().fit(["weather in rome", "convert 3 kg"], ["w", "u"])
+    assert bayes.predict(query) in {"w", "u"}
