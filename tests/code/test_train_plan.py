@@ -61,6 +61,26 @@ def test_keys_verl_would_silently_ignore_are_refused(override: str, tmp_path: Pa
         plan(spec, tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("callback", "message"),
+    [
+        ("verl.trainer.ppo.checkpoint_callback.CheckpointCallback", "writes no completion"),
+        ("training.checkpoints.nowhere.Nothing", "checkpoint callback marks steps failed"),
+        ("null", "writes no completion"),
+    ],
+)
+def test_a_callback_that_would_not_mark_steps_is_refused(
+    callback: str, message: str, tmp_path: Path
+) -> None:
+    """Replacing the project's checkpoint callback would leave every saved step unmarked:
+    never resumed from, never merged (what the H200 run showed)."""
+    spec = TrainingSpec.model_validate(
+        spec_dict(verl_overrides=[f"trainer.checkpoint_callback_class={callback}"])
+    )
+    with pytest.raises(PlanError, match=message):
+        plan(spec, tmp_path)
+
+
 def test_verl_validation_catches_inconsistent_batches(tmp_path: Path) -> None:
     spec = TrainingSpec.model_validate(
         spec_dict(

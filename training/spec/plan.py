@@ -148,6 +148,7 @@ def validate_with_verl(config: Any, checks: list[str]) -> None:
     )
     reward_fn = _check("reward function loader", checks, get_custom_reward_fn, config)
     _check("reward function is the project's", checks, _assert_project_reward, reward_fn)
+    _check("checkpoint callback marks steps", checks, _assert_marking_callback, config)
 
 
 def _tool_parser_known(name: str) -> None:
@@ -167,6 +168,23 @@ def _load_tools(path: str) -> None:
     tools = initialize_tools_from_config(path)
     if not tools:
         raise PlanError(f"verl loaded no tools from {path}")
+
+
+def _assert_marking_callback(config: Any) -> None:
+    """Resume and the final-step check trust only steps with a completion marker, which
+    the project's callback writes: verl's own loader must build it (or a subclass), or
+    every step verl saves would be ignored."""
+    from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
+
+    from training.checkpoints.callback import CheckpointUploader
+
+    callback = build_checkpoint_callback(config)
+    if not isinstance(callback, CheckpointUploader):
+        raise PlanError(
+            f"trainer.checkpoint_callback_class builds {type(callback).__name__}, which writes "
+            "no completion markers: keep training.checkpoints.callback.CheckpointUploader "
+            "or subclass it"
+        )
 
 
 def _assert_project_reward(reward_fn: Any) -> None:
