@@ -24,7 +24,13 @@ from typing import Any
 
 RESULTS = Path(__file__).parent / "results" / "cpu_training.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_tiny.yaml"
-METRICS = ("parseable_rate", "tool_selection", "exact_arguments", "ground_truth_match")
+METRICS = (
+    "parseable_rate",
+    "tool_selection",
+    "abstention_rate",
+    "exact_arguments",
+    "ground_truth_match",
+)
 
 
 def run(spec_path: Path, workdir: Path, rows: int) -> dict[str, Any]:

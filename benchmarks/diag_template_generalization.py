@@ -37,7 +37,13 @@ import pandas as pd
 
 RESULTS = Path(__file__).parent / "results" / "template_generalization.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_tiny.yaml"
-METRICS = ("parseable_rate", "tool_selection", "exact_arguments", "ground_truth_match")
+METRICS = (
+    "parseable_rate",
+    "tool_selection",
+    "abstention_rate",
+    "exact_arguments",
+    "ground_truth_match",
+)
 WORD = re.compile(r"[a-z]+|[\u4e00-\u9fff]")
 
 

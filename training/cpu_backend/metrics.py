@@ -10,8 +10,10 @@ The transcript is assembled as verl decodes it and scored by the project's rewar
 Metrics (rates over rows):
 - parseable_rate: rows that need tools where the model called at least one tool and every
   call attempt parsed and validated (no malformed call);
-- tool_selection: rows whose valid calls name exactly the expected tools (as a multiset),
-  or, for rows that need no tool, that made no call;
+- tool_selection: rows that need tools whose valid calls name exactly the expected tools
+  (as a multiset); over tool rows only, as `training/evaluation`'s tool_selection_accuracy
+  (counting no-call rows too let a model that never calls score their share, ~20%);
+- abstention_rate: rows that need no tool (irrelevance, clarification) with no call;
 - exact_arguments: rows that need tools whose calls equal the expected calls, arguments
   included (order-free, free-text arguments only need to be present), with nothing extra;
 - ground_truth_match: rows whose final answer earns the full ground-truth credit;
@@ -47,6 +49,7 @@ class EvalResult:
     rows: int = 0
     parseable_rate: float = 0.0
     tool_selection: float = 0.0
+    abstention_rate: float = 0.0
     exact_arguments: float = 0.0
     ground_truth_match: float = 0.0
     malformed_rate: float = 0.0
@@ -204,7 +207,8 @@ def _summarise(
             )
             counts["selection"] += Counter(c.name for c in valid) == expected_names and bool(valid)
         else:
-            counts["selection"] += total == 0
+            counts["no_call_rows"] += 1
+            counts["abstained"] += total == 0
         counts["truth"] += breakdown.ground_truth_match >= config.weights.ground_truth_max - 1e-9
         counts["turns"] += len(conversation.turns)
         if len(result.examples) < 3:
@@ -213,7 +217,8 @@ def _summarise(
     tool_rows = max(counts["needs_tools"], 1)
     result.parseable_rate = counts["parseable"] / tool_rows
     result.exact_arguments = counts["exact"] / tool_rows
-    result.tool_selection = counts["selection"] / rows
+    result.tool_selection = counts["selection"] / tool_rows
+    result.abstention_rate = counts["abstained"] / max(counts["no_call_rows"], 1)
     result.ground_truth_match = counts["truth"] / rows
     result.malformed_rate = malformed / attempts if attempts else 0.0
     result.mean_reward = sum(rewards) / rows

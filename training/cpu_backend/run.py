@@ -140,6 +140,7 @@ def _eval_metrics(stage: str, payload: dict[str, Any]) -> dict[str, float]:
     keys = (
         "parseable_rate",
         "tool_selection",
+        "abstention_rate",
         "exact_arguments",
         "ground_truth_match",
         "malformed_rate",
