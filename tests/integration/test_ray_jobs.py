@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +13,7 @@ import pytest
 from testkit.ray_head import free_port
 from training.jobs.submit import (
     JobRequest,
+    PackageTooLargeError,
     RayUnavailableError,
     SubmissionConflictError,
     connect,
@@ -101,3 +105,45 @@ def test_runtime_env_carries_settings_by_name_and_refuses_secrets() -> None:
     assert "MLFLOW_TRACKING_URI" in described and "127.0.0.1:5000" not in described
     with pytest.raises(ValueError, match="refusing to put secrets"):
         runtime_env({}, extra_env={"AWS_SECRET_ACCESS_KEY": "s3cr3t"})
+
+
+def git_checkout(root: Path) -> Path:
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "keep.py").write_text("VALUE = 1\n")
+    (root / ".gitignore").write_text("ignored_by_gitignore/\n")
+    (root / ".git" / "info" / "exclude").write_text("bulk/\n")
+    for folder in ("bulk", "ignored_by_gitignore"):
+        (root / folder).mkdir()
+        (root / folder / "weights.bin").write_bytes(os.urandom(1024))
+    return root
+
+
+def test_git_ignored_folders_are_not_shipped(ray_client: Any, tmp_path: Path) -> None:
+    """Ray itself honours only .gitignore; a folder ignored through .git/info/exclude (the
+    demo once failed on 290 MB of them) stays home too."""
+    root = git_checkout(tmp_path / "checkout")
+    built = runtime_env({}, root=root)
+    assert "/bulk" in built["excludes"]
+    code = (
+        "import os; assert os.path.exists('keep.py'); "
+        "assert not os.path.exists('bulk'); assert not os.path.exists('ignored_by_gitignore')"
+    )
+    job_id = submission_id("excludes", f"run-{time.time_ns()}")
+    submit(ray_client, JobRequest(job_id, f'python -c "{code}"', built, entrypoint_num_cpus=0))
+    assert wait_for(ray_client, job_id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+
+
+def test_outside_git_the_static_excludes_apply(tmp_path: Path) -> None:
+    built = runtime_env({}, root=tmp_path)
+    assert built["working_dir"] == str(tmp_path)
+    assert not [p for p in built["excludes"] if p.startswith("/")]
+
+
+def test_a_package_over_the_upload_limit_is_a_clear_error(ray_client: Any, tmp_path: Path) -> None:
+    """Over 100 MiB (random bytes do not compress) the Jobs API answers 413."""
+    (tmp_path / "huge.bin").write_bytes(os.urandom(105 * 1024 * 1024))
+    built = runtime_env({}, root=tmp_path)
+    job_id = submission_id("too-big", f"run-{time.time_ns()}")
+    with pytest.raises(PackageTooLargeError, match="git-ignored files is over the Jobs API"):
+        submit(ray_client, JobRequest(job_id, "python -c pass", built, entrypoint_num_cpus=0))
+    assert get_status(ray_client, job_id) is None  # nothing was started

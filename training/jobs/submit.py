@@ -54,6 +54,43 @@ class SubmissionConflictError(RuntimeError):
     """The deterministic submission id already ran to a failure: use the next attempt."""
 
 
+class PackageTooLargeError(RuntimeError):
+    """The shipped checkout is over the Ray Jobs API's upload limit. Not retryable as is."""
+
+
+def git_ignored_excludes(root: Path) -> list[str]:
+    """Everything git ignores under `root`, as root-anchored patterns for Ray's `excludes`.
+
+    Ray packages `working_dir` honouring `.gitignore` files only, not `.git/info/exclude`
+    or a global excludes file, so a large local folder ignored that way (datasets, model
+    copies) was uploaded and the Jobs API refused the package (HTTP 413 over 100 MiB).
+    Asking git gives the same view of the checkout as `git status`. Outside a git checkout,
+    or without git, this is empty and the static list applies alone."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(root),
+                "ls-files",
+                "--others",
+                "--ignored",
+                "--exclude-standard",
+                "--directory",
+                "-z",
+            ],
+            capture_output=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    paths = (p.decode("utf-8", "surrogateescape") for p in listed.split(b"\0") if p)
+    return sorted(f"/{path.rstrip('/')}" for path in paths if not path.startswith(".git/"))
+
+
 @dataclass(frozen=True)
 class JobRequest:
     submission_id: str
@@ -88,7 +125,10 @@ def submission_id(spec_name: str, run_key: str, attempt: int = 1) -> str:
 
 
 def runtime_env(
-    env: Mapping[str, str], extra_env: Mapping[str, str] | None = None, ship_code: bool = True
+    env: Mapping[str, str],
+    extra_env: Mapping[str, str] | None = None,
+    ship_code: bool = True,
+    root: Path = REPO_ROOT,
 ) -> dict[str, Any]:
     from serving.settings import secret_keys
 
@@ -100,8 +140,10 @@ def runtime_env(
         raise ValueError(f"refusing to put secrets in a Ray runtime_env: {', '.join(leaked)}")
     result: dict[str, Any] = {"env_vars": env_vars}
     if ship_code:
-        result["working_dir"] = str(REPO_ROOT)
-        result["excludes"] = EXCLUDES
+        result["working_dir"] = str(root)
+        result["excludes"] = EXCLUDES + [
+            path for path in git_ignored_excludes(root) if path.strip("/") not in EXCLUDES
+        ]
     return result
 
 
@@ -146,6 +188,14 @@ def submit(client: Any, request: JobRequest) -> SubmitResult:
             entrypoint_num_cpus=request.entrypoint_num_cpus,
         )
     except RuntimeError as exc:
+        if "413" in str(exc) or "request body size" in str(exc).lower():
+            raise PackageTooLargeError(
+                f"Ray refused the job's code package ({str(exc).splitlines()[0][:160]}): the "
+                f"checkout {request.runtime_env.get('working_dir')} minus git-ignored files is "
+                "over the Jobs API's upload "
+                "limit. Move large files out of it or ignore them in git (.gitignore or "
+                ".git/info/exclude); `git status --ignored` shows what ships."
+            ) from exc
         if "already exists" not in str(exc):
             raise
     return SubmitResult(
