@@ -22,15 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training.cpu_backend.metrics import HEADLINE_RATES
+
 RESULTS = Path(__file__).parent / "results" / "cpu_training.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_tiny.yaml"
-METRICS = (
-    "parseable_rate",
-    "tool_selection",
-    "abstention_rate",
-    "exact_arguments",
-    "ground_truth_match",
-)
+METRICS = HEADLINE_RATES
 
 
 def run(spec_path: Path, workdir: Path, rows: int) -> dict[str, Any]:

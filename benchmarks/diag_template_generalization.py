@@ -35,15 +35,11 @@ from typing import Any
 
 import pandas as pd
 
+from training.cpu_backend.metrics import HEADLINE_RATES
+
 RESULTS = Path(__file__).parent / "results" / "template_generalization.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_tiny.yaml"
-METRICS = (
-    "parseable_rate",
-    "tool_selection",
-    "abstention_rate",
-    "exact_arguments",
-    "ground_truth_match",
-)
+METRICS = HEADLINE_RATES
 WORD = re.compile(r"[a-z]+|[\u4e00-\u9fff]")
 
 

@@ -44,6 +44,16 @@ ToolCaller = Callable[[str, dict[str, Any], str], str]
 _NO_CALL = (Category.IRRELEVANCE, Category.CLARIFICATION)
 
 
+HEADLINE_RATES = (
+    "parseable_rate",
+    "tool_selection",
+    "abstention_rate",
+    "exact_arguments",
+    "ground_truth_match",
+)
+"""The rates a stage is judged by (benchmarks and reports list them in this order)."""
+
+
 @dataclass
 class EvalResult:
     rows: int = 0

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from training.cpu_backend.grpo import run_grpo
-from training.cpu_backend.metrics import EvalResult, evaluate
+from training.cpu_backend.metrics import HEADLINE_RATES, EvalResult, evaluate
 from training.cpu_backend.sft import run_sft
 from training.cpu_backend.tools import McpToolRunner, ToolSchema
 from training.cpu_backend.tracking import LogCallback, Tracker
@@ -137,16 +137,7 @@ def _dataset_version(spec: TrainingSpec) -> str | None:
 
 
 def _eval_metrics(stage: str, payload: dict[str, Any]) -> dict[str, float]:
-    keys = (
-        "parseable_rate",
-        "tool_selection",
-        "abstention_rate",
-        "exact_arguments",
-        "ground_truth_match",
-        "malformed_rate",
-        "mean_reward",
-        "seconds",
-    )
+    keys = (*HEADLINE_RATES, "malformed_rate", "mean_reward", "seconds")
     return {f"eval/{stage}/{k}": float(payload[k]) for k in keys if k in payload}
 
 
