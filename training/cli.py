@@ -36,6 +36,7 @@ def _register_stage_commands() -> None:
     from training.cpu_backend.cli import register_cli as register_cpu_training
     from training.evaluation.cli import register_cli as register_eval
     from training.jobs.cli import register_cli as register_train
+    from training.model.cli import register_cli as register_model
     from training.registry.cli import register_cli as register_registry
     from training.rewards.cli import register_cli as register_reward
 
@@ -44,6 +45,7 @@ def _register_stage_commands() -> None:
     register_reward(app)
     register_eval(app)
     register_registry(app)
+    register_model(app)
 
 
 _register_stage_commands()

@@ -11,6 +11,8 @@ trained on XML calls is never served with the JSON parser.
   attention kernels reject small head sizes (head_dim 16 fails, 64 works).
 - transformers: `transformers serve DIR --device cpu` (parses hermes-style calls itself;
   answers HTTP 500 on malformed output, which the agent loop falls back from).
+- cpu: the project's own engine server (`python -m serving.engine.server`): prefix caching
+  and continuous batching on CPU, hermes `tool_calls`; the embedded default.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Backend = Literal["vllm", "vllm-cpu", "transformers"]
+Backend = Literal["vllm", "vllm-cpu", "transformers", "cpu"]
 CallFormat = Literal["hermes", "qwen3_coder"]
 
 #: vLLM's tool-call parser for each call format the project trains.
@@ -91,6 +93,15 @@ def build_command(config: BackendConfig) -> list[str]:
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
         command += _vllm_common(config)
         command += ["--gpu-memory-utilization", str(config.gpu_memory_utilization or 0.1)]
+    elif config.backend == "cpu":
+        command = [
+            sys.executable, "-m", "serving.engine.server",
+            "--model", model,
+            "--served-model-name", config.served_model_name,
+            "--host", config.host,
+            "--port", str(config.port),
+            "--dtype", "bfloat16" if config.dtype == "auto" else config.dtype,
+        ]  # fmt: skip
     else:
         executable = shutil.which("transformers") or str(
             Path(sys.executable).with_name("transformers")

@@ -29,6 +29,8 @@ from training.cpu_backend.checkpoints import (
     read_data_state,
 )
 from training.cpu_backend.generation import generate
+from training.cpu_backend.packed_loss import frozen_context_completion_logps
+from training.cpu_backend.precision import PrecisionMixin
 from training.cpu_backend.prefix import completion_logps
 from training.cpu_backend.reward import ProjectReward
 from training.cpu_backend.tools import (
@@ -91,6 +93,7 @@ def grpo_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
         "dataloader_num_workers": 0,
         "disable_tqdm": True,
         "remove_unused_columns": False,
+        "model_init_kwargs": {"dtype": cpu.dtype},
     }
 
 
@@ -131,12 +134,26 @@ class GrpoResult:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-class SharedPrefixGRPOTrainer(GRPOTrainer):
+class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
     """TRL's GRPO trainer with its two token-heavy parts computed once per shared prefix:
-    rollouts (`generation.generate`: the tool prompt prefilled once, each GRPO group decoded
-    as one unpadded batch) and the log-probabilities of the loss, the old policy and the
-    reference (`prefix.completion_logps`). Same numbers as TRL's paths, a fraction of the
-    tokens; anything with images falls back to TRL."""
+    rollouts (`generation.generate`: the serving engine's continuous batching on one packed
+    cache) and the log-probabilities of the loss, the old policy and the reference
+    (`prefix.completion_logps`, or with `frozen_context` `packed_loss.
+    frozen_context_completion_logps`, where tool responses and prompts carry no gradient).
+    Same numbers as TRL's paths, a fraction of the tokens; anything with images falls back
+    to TRL. The optimizer follows the model's dtype (`precision.py`)."""
+
+    frozen_context = False
+    _tool_mask: Any = None
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        # TRL masks tool tokens out of the loss after computing their log-probabilities;
+        # the frozen-context path needs the mask earlier, to skip them altogether
+        self._tool_mask = inputs.get("tool_mask")
+        try:
+            return super()._compute_loss(model, inputs)  # type: ignore[no-untyped-call]
+        finally:
+            self._tool_mask = None
 
     def _generate_single_turn(
         self,
@@ -188,6 +205,17 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
                 compute_aux_loss,
                 **multimodal,
             )
+        if self.frozen_context:
+            logps, entropies = frozen_context_completion_logps(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                self.temperature,
+                compute_entropy,
+                self._tool_mask,
+            )
+            return logps, entropies, None
         logps, entropies = completion_logps(
             model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy
         )
@@ -267,6 +295,8 @@ def run_grpo(
             environment_factory=environment_class(runner, schemas),
             callbacks=[layout, drift, meter, *(callbacks or [])],
         )
+    trainer.frozen_context = spec.cpu.frozen_context
+    trainer.toolrl_dtype = spec.cpu.dtype
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(actor_path(run_dir, resume)) if resume else None)
     seconds = time.perf_counter() - start

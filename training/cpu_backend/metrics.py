@@ -171,17 +171,17 @@ def evaluate(
     for turn in range(max_turns):
         for group in by_system.values():
             active = [c for c in group if not c.done]
-            for lo in range(0, len(active), batch_size):
-                chunk = active[lo : lo + batch_size]
-                prompts = [
-                    _render(tokenizer, c, schemas, enable_thinking=enable_thinking) for c in chunk
-                ]
-                outputs = generate(model, prompts, max_new_tokens, stop_ids)
-                for conversation, ids in zip(chunk, outputs, strict=True):
-                    generated += len(ids)
-                    text = strip_special(tokenizer.decode(ids, skip_special_tokens=False))
-                    session = f"eval-{_row_index(conversation.row)}"
-                    _step(conversation, text, call_format, tools, session, turn == max_turns - 1)
+            if not active:
+                continue
+            prompts = [
+                _render(tokenizer, c, schemas, enable_thinking=enable_thinking) for c in active
+            ]
+            outputs = generate(model, prompts, max_new_tokens, stop_ids, max_rows=batch_size)
+            for conversation, ids in zip(active, outputs, strict=True):
+                generated += len(ids)
+                text = strip_special(tokenizer.decode(ids, skip_special_tokens=False))
+                session = f"eval-{_row_index(conversation.row)}"
+                _step(conversation, text, call_format, tools, session, turn == max_turns - 1)
     if was_training:
         model.train()
     return _summarise(conversations, reward_config, time.perf_counter() - start, generated)

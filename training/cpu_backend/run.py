@@ -25,6 +25,7 @@ import pandas as pd
 
 from training.cpu_backend.grpo import run_grpo
 from training.cpu_backend.metrics import HEADLINE_RATES, EvalResult, evaluate
+from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.sft import run_sft
 from training.cpu_backend.tools import McpToolRunner, ToolSchema
 from training.cpu_backend.tracking import LogCallback, Tracker
@@ -87,7 +88,7 @@ def quick_eval(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype(spec.cpu.dtype))
     reward_config = spec.reward.model_copy(update={"call_format": spec.model.call_format})
     result: EvalResult = evaluate(
         model,

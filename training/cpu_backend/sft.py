@@ -31,6 +31,8 @@ from training.cpu_backend.checkpoints import (
     actor_path,
     latest_complete_step,
 )
+from training.cpu_backend.packed_loss import frozen_context_sft_loss
+from training.cpu_backend.precision import PrecisionMixin, torch_dtype
 from training.cpu_backend.prefix import causal_lm_loss
 from training.cpu_backend.tools import ToolSchema
 from training.data.schema import Category, GroundTruth
@@ -143,9 +145,12 @@ def tokenize_rows(
     return rows, dropped
 
 
-class SharedPrefixSFTTrainer(SFTTrainer):
-    """TRL's SFT trainer with the loss computed by `prefix.causal_lm_loss` (same loss,
-    the tool prompt run once per batch)."""
+class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
+    """TRL's SFT trainer with the loss computed by `prefix.causal_lm_loss` (same loss, the
+    tool prompt run once per batch) or, with `frozen_context`, by
+    `packed_loss.frozen_context_sft_loss`; the optimizer follows the model's dtype."""
+
+    frozen_context = False
 
     def compute_loss(
         self,
@@ -154,7 +159,8 @@ class SharedPrefixSFTTrainer(SFTTrainer):
         return_outputs: bool = False,
         num_items_in_batch: Any = None,
     ) -> Any:
-        loss = causal_lm_loss(
+        loss_fn = frozen_context_sft_loss if self.frozen_context else causal_lm_loss
+        loss = loss_fn(
             model,
             inputs["input_ids"],
             inputs["attention_mask"],
@@ -252,7 +258,7 @@ def run_sft(
     )
     if not rows:
         raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
-    model = AutoModelForCausalLM.from_pretrained(str(base_model))
+    model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=torch_dtype(cpu.dtype))
     args = SFTConfig(**sft_arguments(spec, sft_dir / ".trainer"))
     trainer = SharedPrefixSFTTrainer(
         model=model,
@@ -264,6 +270,8 @@ def run_sft(
             *(callbacks or []),
         ],
     )
+    trainer.frozen_context = cpu.frozen_context
+    trainer.toolrl_dtype = cpu.dtype
     resume = latest_complete_step(sft_dir)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(actor_path(sft_dir, resume)) if resume else None)

@@ -134,7 +134,10 @@ def show_command(
 
 def serve_command(
     model_uri: Annotated[str, typer.Option(help="models:/NAME@champion (default) or /N.")] = "",
-    backend: Annotated[str, typer.Option(help="vllm (GPU), transformers or vllm-cpu.")] = "vllm",
+    backend: Annotated[
+        str,
+        typer.Option(help="vllm (GPU), cpu (the project's CPU engine), transformers or vllm-cpu."),
+    ] = "vllm",
     host: Annotated[str, typer.Option(help="Front door listen address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Front door listen port.")] = 8000,
     backend_port: Annotated[int, typer.Option(help="Model server port (0: free).")] = 0,

@@ -186,6 +186,17 @@ class CpuSection(_Section):
     )
     eval_max_new_tokens: int = Field(default=96, ge=8, description="Tokens per eval turn.")
     eval_batch_size: int = Field(default=16, ge=1, description="Eval rows generated together.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32",
+        description="Weights for compute. bfloat16: 4-8x faster matmuls on AVX512-BF16/AMX "
+        "CPUs, with fp32 master weights in the optimizer (cpu_backend/precision.py).",
+    )
+    frozen_context: bool = Field(
+        default=False,
+        description="Gradients through the model's own tokens only; prompts, tool schemas "
+        "and tool responses run once without gradient (cpu_backend/packed_loss.py). For a "
+        "pretrained model; a model trained from scratch needs the gradient to learn to read.",
+    )
     mcp: Literal["embedded", "external"] = Field(
         default="embedded",
         description="embedded: start a mock-mode MCP server on a free loopback port for the "

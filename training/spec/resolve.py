@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from training.model.source import PACKAGE_SCHEME
 from training.spec.model import TrainingSpec
 
 TINY_SCHEME = "tiny://"
@@ -19,8 +20,13 @@ call format in `<workdir>/base_model` instead of loading a model."""
 
 
 def resolve_model(spec: TrainingSpec, workdir: Path) -> Path:
-    """The base model directory; a `tiny://` model is built once (atomically)."""
+    """The base model directory: a `tiny://` model is built once (atomically) in the
+    workdir; a `package://` model is converted once into the shared model cache."""
     path = spec.model.path
+    if path.startswith(PACKAGE_SCHEME):
+        from training.model.prepare import prepared_dir
+
+        return prepared_dir(path)
     if not path.startswith(TINY_SCHEME):
         return Path(path)
     from training.model.tiny import TinyModelConfig, build_tiny_model

@@ -1,0 +1,490 @@
+"""Many sequences in one forward, the shared tool prompt stored and computed once.
+
+Every request, rollout and training row starts with the same system prompt and tool list
+(about 800 tokens with the compact template). A batched forward would copy that prefix's
+keys into every row and pad the rows to one length. Here the tokens of all rows go through
+the model as *one* sequence, in any mix (a whole prompt for one row, the newest token for
+fifteen others), and attention is computed row by row (`toolrl_packed`, registered with
+transformers' `AttentionInterface`): each token attends to the prefix (one call for all
+rows' queries) and to its own row's earlier tokens (one call per row), and the two partial
+results are merged through their log-sum-exp, exactly as one softmax over both. The
+projections and MLPs, most of the FLOPs, run once over all tokens; attention costs what the
+rows need and no more; nothing is padded and the prefix is never copied.
+
+Keys and values live per row (`_RowBuffer`, appended in place) and for the prefix. Positions
+are explicit, so every row's numbers are those of a separate forward
+(`tests/code/test_engine_packed.py`).
+
+Training's frozen-context loss (`training/cpu_backend/packed_loss.py`) reads the cached
+keys back (`row_keys`) and runs its gradient pass through `gradient_forward`, where each
+row's trained positions attend to its frozen context and to each other, with gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch.nn import functional
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+SHARED = -1
+"""Row id of the shared prefix."""
+ATTENTION = "toolrl_packed"
+_FLASH_MIN_QUERIES = 64
+"""Below this many queries the plain matmul softmax beats the CPU flash kernel (measured:
+1 query x 800 keys 99 us vs 336 us; 250 x 250 2.2 ms vs 1.0 ms)."""
+_ONE = torch.ones((1, 1, 1, 1), dtype=torch.bool)
+"""Stand-in 4D mask: transformers passes a 4D mask through untouched, and the packed
+attention ignores it (visibility comes from the layout)."""
+
+
+class _RowBuffer:
+    """Keys or values of one row in one layer, appended in place (capacity doubling)."""
+
+    def __init__(self, like: torch.Tensor) -> None:
+        self.data = like.new_empty((like.shape[0], like.shape[1], 64, like.shape[3]))
+        self.length = 0
+
+    def append(self, states: torch.Tensor) -> None:
+        needed = self.length + states.shape[-2]
+        if needed > self.data.shape[-2]:
+            grown = self.data.new_empty(
+                (*self.data.shape[:2], max(needed, 2 * self.data.shape[-2]), self.data.shape[3])
+            )
+            grown[..., : self.length, :] = self.data[..., : self.length, :]
+            self.data = grown
+        self.data[..., self.length : needed, :] = states
+        self.length = needed
+
+    def view(self) -> torch.Tensor:
+        return self.data[..., : self.length, :]
+
+
+@dataclass
+class _Layer:
+    prefix_keys: torch.Tensor | None = None
+    prefix_values: torch.Tensor | None = None
+    keys: dict[int, _RowBuffer] = field(default_factory=dict)
+    values: dict[int, _RowBuffer] = field(default_factory=dict)
+
+
+@dataclass
+class _Layout:
+    """What one packed forward holds: consecutive query groups, one per row."""
+
+    store: PackedKV
+    mode: Literal["prefix", "extend", "gradient"]
+    rows: list[int]
+    counts: list[int]
+    prefix_used: list[int]
+    # gradient mode: each row's frozen context (keys, values, positions) per layer, and
+    # the positions of its query tokens
+    context: list[list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+    context_positions: list[torch.Tensor] | None = None
+    query_positions: list[torch.Tensor] | None = None
+
+
+class _PackedCache(Cache):
+    """The transformers `Cache` face of a `PackedKV`: stores new keys per row."""
+
+    def __init__(self, store: PackedKV) -> None:
+        super().__init__(layer_class_to_replicate=DynamicLayer)
+        self.store = store
+        self.layout: _Layout | None = None
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        cache_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        layout = self.layout
+        if layout is None:
+            raise RuntimeError("packed cache used outside PackedKV")
+        if layout.mode == "gradient":
+            return key_states, value_states
+        layers = self.store.layers
+        while len(layers) <= layer_idx:
+            layers.append(_Layer())
+        layer = layers[layer_idx]
+        if layout.mode == "prefix":
+            layer.prefix_keys, layer.prefix_values = key_states, value_states
+            return key_states, value_states
+        start = 0
+        for row, count in zip(layout.rows, layout.counts, strict=True):
+            part = slice(start, start + count)
+            if row not in layer.keys:
+                layer.keys[row] = _RowBuffer(key_states)
+                layer.values[row] = _RowBuffer(value_states)
+            layer.keys[row].append(key_states[..., part, :])
+            layer.values[row].append(value_states[..., part, :])
+            start += count
+        return key_states, value_states
+
+    def get_seq_length(self, layer_idx: int | None = 0) -> int:
+        return 0
+
+
+def _expand(states: torch.Tensor, groups: int) -> torch.Tensor:
+    return states if groups == 1 else states.repeat_interleave(groups, dim=1)
+
+
+def _attend_with_lse(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float,
+    causal_offset: int | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of `query` over `key`/`value` and the log-sum-exp of its scores.
+    `causal_offset`: query i sees keys up to index offset + i (None: every key)."""
+    queries, keys = query.shape[-2], key.shape[-2]
+    visible = None
+    if causal_offset is not None and causal_offset + queries - 1 < keys - 1:
+        raise ValueError("queries must be the last tokens of their keys")
+    if causal_offset is not None and queries > 1:
+        visible = torch.arange(keys)[None, :] <= (causal_offset + torch.arange(queries))[:, None]
+    if queries >= _FLASH_MIN_QUERIES:
+        causal = visible is not None and queries == keys
+        mask = None
+        if visible is not None and not causal:
+            mask = torch.zeros(visible.shape, dtype=query.dtype).masked_fill(
+                ~visible, float("-inf")
+            )
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, is_causal=causal, attn_mask=mask, scale=scale
+        )
+        return out, lse
+    return _math_attention(query, key, value, scale, visible)
+
+
+def _merge(
+    first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    (out_a, lse_a), (out_b, lse_b) = first, second
+    lse = torch.logaddexp(lse_a, lse_b)
+    merged = out_a.float() * torch.exp(lse_a - lse)[..., None]
+    merged = merged + out_b.float() * torch.exp(lse_b - lse)[..., None]
+    return merged.to(out_a.dtype)
+
+
+def packed_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Row-by-row attention for a packed forward; any other forward gets transformers' SDPA."""
+    layout: _Layout | None = kwargs.pop("toolrl_layout", None)
+    if layout is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    if layout.mode == "prefix":
+        out = functional.scaled_dot_product_attention(
+            query, _expand(key, groups), _expand(value, groups), is_causal=True, scale=scale
+        )
+        return out.transpose(1, 2).contiguous(), None
+    layer = layout.store.layers[module.layer_idx]
+    if layout.mode == "gradient":
+        return _gradient_attention(
+            layout, module.layer_idx, layer, query, key, value, scale, groups
+        ), None
+    own: list[tuple[torch.Tensor, torch.Tensor]] = []
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    for row, count in zip(layout.rows, layout.counts, strict=True):
+        keys, values = layer.keys[row].view(), layer.values[row].view()
+        q = query[..., start : start + count, :]
+        own.append(
+            _attend_with_lse(
+                q, _expand(keys, groups), _expand(values, groups), scale, keys.shape[-2] - count
+            )
+        )
+        bounds.append((start, start + count))
+        start += count
+    merged: list[torch.Tensor] = [part[0] for part in own]
+    if layer.prefix_keys is not None and layer.prefix_values is not None:
+        # one call per prefix length in use (normally one: the whole prefix) for all rows
+        for used in sorted({u for u in layout.prefix_used if u}):
+            members = [i for i, u in enumerate(layout.prefix_used) if u == used]
+            q = torch.cat([query[..., bounds[i][0] : bounds[i][1], :] for i in members], dim=-2)
+            out, lse = _attend_with_lse(
+                q,
+                _expand(layer.prefix_keys[..., :used, :], groups),
+                _expand(layer.prefix_values[..., :used, :], groups),
+                scale,
+                None,
+            )
+            offset = 0
+            for i in members:
+                width = bounds[i][1] - bounds[i][0]
+                shared = (out[..., offset : offset + width, :], lse[..., offset : offset + width])
+                merged[i] = _merge(own[i], shared)
+                offset += width
+    out = torch.cat(merged, dim=-2)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _gradient_attention(
+    layout: _Layout,
+    layer_idx: int,
+    layer: _Layer,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float,
+    groups: int,
+) -> torch.Tensor:
+    """Each row's trained positions over [its frozen context, its trained positions] (one
+    call per row) and over the prefix (one call for all rows), merged; plain matmul softmax,
+    so gradients flow through everything computed here."""
+    assert layout.context is not None and layout.context_positions is not None
+    assert layout.query_positions is not None
+    own: list[tuple[torch.Tensor, torch.Tensor]] = []
+    start = 0
+    for index, count in enumerate(layout.counts):
+        part = slice(start, start + count)
+        context_keys, context_values = layout.context[index][layer_idx]
+        keys = _expand(torch.cat([context_keys, key[..., part, :]], dim=-2), groups)
+        values = _expand(torch.cat([context_values, value[..., part, :]], dim=-2), groups)
+        positions = torch.cat([layout.context_positions[index], layout.query_positions[index]])
+        visible = positions[None, :] <= layout.query_positions[index][:, None]
+        own.append(_math_attention(query[..., part, :], keys, values, scale, visible))
+        start += count
+    merged = [out for out, _ in own]
+    used_values = {u for u in layout.prefix_used if u}
+    if layer.prefix_keys is not None and layer.prefix_values is not None and used_values:
+        starts = [sum(layout.counts[:i]) for i in range(len(layout.counts))]
+        for used in sorted(used_values):
+            members = [i for i, u in enumerate(layout.prefix_used) if u == used]
+            q = torch.cat(
+                [query[..., starts[i] : starts[i] + layout.counts[i], :] for i in members], dim=-2
+            )
+            shared = _math_attention(
+                q,
+                _expand(layer.prefix_keys[..., :used, :], groups),
+                _expand(layer.prefix_values[..., :used, :], groups),
+                scale,
+                None,
+            )
+            offset = 0
+            for i in members:
+                width = layout.counts[i]
+                piece = (
+                    shared[0][..., offset : offset + width, :],
+                    shared[1][..., offset : offset + width],
+                )
+                merged[i] = _merge(own[i], piece)
+                offset += width
+    return torch.cat(merged, dim=-2).transpose(1, 2).contiguous()
+
+
+def _math_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float,
+    visible: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention and its log-sum-exp with plain (differentiable) tensor ops."""
+    scores = (query @ key.transpose(-1, -2)).float() * scale
+    if visible is not None:
+        scores = scores.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    weights = torch.exp(scores - lse[..., None]).to(value.dtype)
+    return weights @ value, lse
+
+
+AttentionInterface.register(ATTENTION, packed_attention)
+
+
+def use_packed_attention(model: Any) -> None:
+    """Route the model's attention through `packed_attention` (other forwards keep SDPA)."""
+    if getattr(model.config, "_attn_implementation", None) != ATTENTION:
+        model.set_attn_implementation(ATTENTION)
+
+
+class PackedKV:
+    """The packed cache of one model; rows are small integers chosen by the caller."""
+
+    def __init__(self, model: Any, max_query_tokens: int = 2048) -> None:
+        use_packed_attention(model)
+        self.base = model.get_decoder()
+        self.head = model.get_output_embeddings()
+        self.max_query_tokens = max_query_tokens
+        self.layers: list[_Layer] = []
+        self.cache = _PackedCache(self)
+        self.lengths: dict[int, int] = {}
+        self.row_prefix: dict[int, int] = {}
+        self.prefix_length = 0
+        self.prefix_tokens: list[int] = []
+
+    def row_length(self, row: int) -> int:
+        """Tokens row `row` has seen so far, the part of the shared prefix it uses included."""
+        return self.row_prefix.get(row, self.prefix_length) + self.lengths.get(row, 0)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.prefix_length + sum(self.lengths.values())
+
+    @torch.no_grad()
+    def set_prefix(self, tokens: Sequence[int]) -> None:
+        """The tokens every row starts with (once, before any row)."""
+        if self.lengths:
+            raise RuntimeError("set_prefix must come before any row is added")
+        if tokens:
+            layout = _Layout(self, "prefix", [SHARED], [len(tokens)], [0])
+            self._run(layout, list(tokens), torch.arange(len(tokens)))
+        self.prefix_length = len(tokens)
+        self.prefix_tokens = list(tokens)
+
+    def start_row(self, row: int, prefix_used: int | None = None) -> None:
+        """Declare a row that sees only the first `prefix_used` prefix tokens (default all):
+        a prompt that shares part of the prefix starts its own tokens right after it."""
+        used = self.prefix_length if prefix_used is None else prefix_used
+        if not 0 <= used <= self.prefix_length:
+            raise ValueError(f"prefix_used={used} outside 0..{self.prefix_length}")
+        if row == SHARED or row in self.lengths:
+            raise ValueError(f"row {row} is already in use")
+        self.row_prefix[row] = used
+        self.lengths[row] = 0
+
+    @torch.no_grad()
+    def extend(
+        self, rows: Sequence[int], tokens: Sequence[Sequence[int]], last_only: bool = True
+    ) -> list[torch.Tensor]:
+        """Append `tokens[i]` to row `rows[i]` (started with `start_row`); returns each row's
+        hidden states for its new tokens (only the last one with `last_only`). Rows are run
+        in chunks of about `max_query_tokens` tokens."""
+        if len(rows) != len(tokens):
+            raise ValueError("rows and tokens differ in length")
+        unknown = [r for r in rows if r not in self.lengths]
+        if unknown:
+            raise ValueError(f"rows {unknown[:5]} were not started")
+        outputs: list[torch.Tensor] = [torch.empty(0)] * len(rows)
+        chunk: list[int] = []
+        budget = 0
+        for index, piece in enumerate(tokens):
+            if not piece:
+                continue
+            if chunk and budget + len(piece) > self.max_query_tokens:
+                self._extend_chunk(chunk, rows, tokens, outputs, last_only)
+                chunk, budget = [], 0
+            chunk.append(index)
+            budget += len(piece)
+        if chunk:
+            self._extend_chunk(chunk, rows, tokens, outputs, last_only)
+        return outputs
+
+    def _extend_chunk(
+        self,
+        chunk: list[int],
+        rows: Sequence[int],
+        tokens: Sequence[Sequence[int]],
+        outputs: list[torch.Tensor],
+        last_only: bool,
+    ) -> None:
+        chunk_rows = [rows[i] for i in chunk]
+        pieces = [list(tokens[i]) for i in chunk]
+        if len(set(chunk_rows)) != len(chunk_rows):
+            raise ValueError("a row appears twice in one extend")
+        positions = torch.cat(
+            [
+                torch.arange(self.row_length(r), self.row_length(r) + len(p))
+                for r, p in zip(chunk_rows, pieces, strict=True)
+            ]
+        )
+        layout = _Layout(
+            self,
+            "extend",
+            chunk_rows,
+            [len(p) for p in pieces],
+            [self.row_prefix[r] for r in chunk_rows],
+        )
+        hidden = self._run(layout, [t for p in pieces for t in p], positions)
+        start = 0
+        for index, row, piece in zip(chunk, chunk_rows, pieces, strict=True):
+            states = hidden[start : start + len(piece)]
+            outputs[index] = states[-1:] if last_only else states
+            self.lengths[row] += len(piece)
+            start += len(piece)
+
+    def _run(self, layout: _Layout, ids: list[int], positions: torch.Tensor) -> torch.Tensor:
+        self.cache.layout = layout
+        try:
+            hidden: torch.Tensor = self.base(
+                input_ids=torch.tensor([ids], dtype=torch.long),
+                position_ids=positions[None],
+                attention_mask=_ONE,
+                past_key_values=self.cache,
+                use_cache=True,
+                toolrl_layout=layout,
+            ).last_hidden_state[0]
+        finally:
+            self.cache.layout = None
+        return hidden
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(hidden).float()
+
+    def drop_rows(self, rows: Sequence[int]) -> None:
+        """Forget rows (finished requests): their keys leave the cache."""
+        for layer in self.layers:
+            for row in rows:
+                layer.keys.pop(row, None)
+                layer.values.pop(row, None)
+        for row in rows:
+            self.lengths.pop(row, None)
+            self.row_prefix.pop(row, None)
+
+    def gradient_forward(
+        self,
+        rows: Sequence[int],
+        positions: Sequence[torch.Tensor],
+        ids: Sequence[torch.Tensor],
+    ) -> torch.Tensor:
+        """With gradients: run `ids[i]` at `positions[i]` of row `rows[i]`, each attending to
+        the prefix, its row's cached keys at every *other* position (frozen), and its own
+        row's new tokens at or before it. Returns the hidden states (rows in order)."""
+        context: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        context_positions: list[torch.Tensor] = []
+        for row, wanted in zip(rows, positions, strict=True):
+            used = self.row_prefix[row]
+            cached = torch.arange(used, used + self.lengths[row])
+            keep = (~torch.isin(cached, wanted)).nonzero().squeeze(-1)
+            context_positions.append(cached[keep])
+            context.append(
+                [
+                    (
+                        layer.keys[row].view().index_select(-2, keep),
+                        layer.values[row].view().index_select(-2, keep),
+                    )
+                    for layer in self.layers
+                ]
+            )
+        layout = _Layout(
+            self,
+            "gradient",
+            list(rows),
+            [int(p.numel()) for p in positions],
+            [self.row_prefix[r] for r in rows],
+            context=context,
+            context_positions=context_positions,
+            query_positions=[p.long() for p in positions],
+        )
+        flat_ids = torch.cat([i.long() for i in ids]).tolist()
+        return self._run(layout, flat_ids, torch.cat([p.long() for p in positions]))

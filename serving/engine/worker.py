@@ -1,0 +1,103 @@
+"""The engine on its own thread, fed by many callers (HTTP handlers).
+
+One thread owns the model and runs `Engine.step` while any request is in flight; callers
+hand requests over through a queue and are told about every token and the finish from the
+engine thread. The shared prefix follows the traffic: while the engine is idle, a request
+whose system turn differs from the cached prefix re-seeds it with its own (the system
+prompt and tool list, rendered by the caller), so the next requests with the same tools
+reuse it; a request that arrives mid-flight shares whatever part of the prefix it has in
+common.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from serving.engine.engine import Engine, Request
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    request: Request
+    prefix_hint: Sequence[int] | None = None
+
+
+class EngineWorker:
+    """Runs `engine` on a daemon thread until `close()`."""
+
+    def __init__(self, engine: Engine, threads: int | None = None) -> None:
+        self.engine = engine
+        self.threads = threads
+        self._inbox: queue.Queue[Job | None] = queue.Queue()
+        self._in_flight: list[Request] = []
+        self._stopped = threading.Event()
+        self.failures = 0
+        self._thread = threading.Thread(target=self._run, name="toolrl-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: Request, prefix_hint: Sequence[int] | None = None) -> None:
+        if self._stopped.is_set():
+            raise RuntimeError("the engine is shut down")
+        self._inbox.put(Job(request, prefix_hint))
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._inbox.put(None)
+        self._thread.join(timeout=30)
+
+    def _admit(self, job: Job) -> None:
+        engine = self.engine
+        hint = list(job.prefix_hint or [])
+        if engine.idle and len(hint) >= 16 and hint != engine.kv.prefix_tokens:
+            engine.set_prefix(hint[: len(job.request.prompt) - 1])
+        engine.submit(job.request)
+        self._in_flight.append(job.request)
+
+    def _run(self) -> None:
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        while not self._stopped.is_set():
+            try:
+                if self.engine.idle:
+                    job = self._inbox.get()
+                    if job is None:
+                        break
+                    self._admit(job)
+                while True:
+                    try:
+                        job = self._inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is None:
+                        return
+                    self._admit(job)
+                self.engine.step()
+            except Exception as exc:  # one bad step must not kill the server
+                self.failures += 1
+                logger.exception("engine step failed; failing the requests in flight")
+                self._fail_all(f"{type(exc).__name__}: {str(exc)[:200]}")
+            self._notify_finished()
+
+    def _notify_finished(self) -> None:
+        still: list[Request] = []
+        for request in self._in_flight:
+            if request.finish is None:
+                still.append(request)
+            elif request.on_finish is not None:
+                request.on_finish(request)
+        self._in_flight = still
+
+    def _fail_all(self, reason: str) -> None:
+        for request in self._in_flight:
+            if request.finish is None:
+                request.finish = "error"
+                request.error = reason
+        self.engine.reset()
