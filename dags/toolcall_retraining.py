@@ -51,7 +51,10 @@ DEFAULTS = PipelineConfig()
 def toolcall_retraining() -> None:
     @task
     def plan_spec(**context: Any) -> dict[str, Any]:
+        from toolrl_plugins.connections import mlflow_uri
+
         from training.pipeline.config import load_pipeline_config
+        from training.pipeline.gate_stage import model_name
         from training.pipeline.retraining_stage import prepare_spec, resolve_dataset
 
         params = context["params"]
@@ -66,6 +69,8 @@ def toolcall_retraining() -> None:
             dataset,
             context["dag_run"].run_id,
             validate_with_verl=backend == "verl",
+            tracking_uri=mlflow_uri(),
+            model_name=model_name(),
         )
         return {
             **planned,
@@ -111,14 +116,17 @@ def toolcall_retraining() -> None:
     def evaluate(planned: dict[str, Any], result: dict[str, Any], **context: Any) -> dict[str, Any]:
         from toolrl_plugins.connections import mcp_endpoint, mlflow_uri
 
+        from training.pipeline.config import load_pipeline_config
         from training.pipeline.gate_stage import evaluate_candidate_and_champion
 
+        config = load_pipeline_config()
         return evaluate_candidate_and_champion(
             planned,
             result,
             mcp_endpoint()[0],
             mlflow_uri(),
-            context["params"]["eval_limit"] or None,
+            context["params"]["eval_limit"] or config.eval_limit,
+            config.eval_backend,
         )
 
     @task

@@ -32,6 +32,7 @@ from torch.nn import functional
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 SHARED = -1
 """Row id of the shared prefix."""
@@ -165,6 +166,38 @@ def _attend_with_lse(
     return _math_attention(query, key, value, scale, visible)
 
 
+def _softmax_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float,
+    visible: torch.Tensor,
+    groups: int,
+    chunk: int = 256,
+) -> torch.Tensor:
+    """Plain attention over keys already gathered for one row: scores in the model's dtype,
+    softmax in float32 (as transformers' eager attention), a chunk of queries at a time so
+    the score matrix stays small. The query heads that share a key/value head are stacked
+    instead of copying the keys per head (grouped-query attention). Differentiable.
+
+    query [1, heads, q, d]; key/value [1, kv_heads, k, d]; visible [q, k] bool."""
+    heads, length, dim = query.shape[1], query.shape[2], query.shape[3]
+    kv_heads = key.shape[1]
+    keys, values = key[0], value[0]
+    bias = torch.zeros(visible.shape, dtype=query.dtype).masked_fill(~visible, float("-inf"))
+    pieces = []
+    for start in range(0, length, chunk):
+        q = query[0, :, start : start + chunk] * scale
+        width = q.shape[1]
+        stacked = q.reshape(kv_heads, groups * width, dim)
+        scores = (stacked @ keys.transpose(-1, -2)).view(kv_heads, groups, width, -1)
+        scores = scores + bias[start : start + width]
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+        out = weights.view(kv_heads, groups * width, -1) @ values
+        pieces.append(out.view(heads, width, dim))
+    return torch.cat(pieces, dim=1)[None]
+
+
 def _merge(
     first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor]
 ) -> torch.Tensor:
@@ -204,23 +237,41 @@ def packed_attention(
             layout, module.layer_idx, layer, query, key, value, scale, groups
         ), None
     own: list[tuple[torch.Tensor, torch.Tensor]] = []
+    merged: list[torch.Tensor] = []
     bounds: list[tuple[int, int]] = []
+    whole: set[int] = set()
     start = 0
-    for row, count in zip(layout.rows, layout.counts, strict=True):
+    for index, (row, count) in enumerate(zip(layout.rows, layout.counts, strict=True)):
         keys, values = layer.keys[row].view(), layer.values[row].view()
         q = query[..., start : start + count, :]
-        own.append(
-            _attend_with_lse(
+        used = layout.prefix_used[index] if layer.prefix_keys is not None else 0
+        if count >= _FLASH_MIN_QUERIES and layer.prefix_values is not None:
+            # a prompt: gather [prefix | own] once and take one softmax over both (the
+            # prefix copy is small next to the prompt's score matrix)
+            assert layer.prefix_keys is not None
+            all_keys = torch.cat([layer.prefix_keys[..., :used, :], keys], dim=-2)
+            all_values = torch.cat([layer.prefix_values[..., :used, :], values], dim=-2)
+            positions = torch.arange(all_keys.shape[-2])
+            visible = (
+                positions[None, :] <= (all_keys.shape[-2] - count + torch.arange(count))[:, None]
+            )
+            out = _softmax_attention(q, all_keys, all_values, scale, visible, groups)
+            own.append((out, out.new_zeros(0)))
+            merged.append(out)
+            whole.add(index)
+        else:
+            pair = _attend_with_lse(
                 q, _expand(keys, groups), _expand(values, groups), scale, keys.shape[-2] - count
             )
-        )
+            own.append(pair)
+            merged.append(pair[0])
         bounds.append((start, start + count))
         start += count
-    merged: list[torch.Tensor] = [part[0] for part in own]
     if layer.prefix_keys is not None and layer.prefix_values is not None:
-        # one call per prefix length in use (normally one: the whole prefix) for all rows
-        for used in sorted({u for u in layout.prefix_used if u}):
-            members = [i for i, u in enumerate(layout.prefix_used) if u == used]
+        # one call per prefix length in use (normally one: the whole prefix) for the rows
+        # that decode a few tokens
+        for used in sorted({u for i, u in enumerate(layout.prefix_used) if u and i not in whole}):
+            members = [i for i, u in enumerate(layout.prefix_used) if u == used and i not in whole]
             q = torch.cat([query[..., bounds[i][0] : bounds[i][1], :] for i in members], dim=-2)
             out, lse = _attend_with_lse(
                 q,
@@ -249,48 +300,36 @@ def _gradient_attention(
     scale: float,
     groups: int,
 ) -> torch.Tensor:
-    """Each row's trained positions over [its frozen context, its trained positions] (one
-    call per row) and over the prefix (one call for all rows), merged; plain matmul softmax,
-    so gradients flow through everything computed here."""
+    """Each row's trained positions over [prefix, its frozen context, its trained positions]
+    (gathered per row, one softmax), with gradients through everything computed here."""
     assert layout.context is not None and layout.context_positions is not None
     assert layout.query_positions is not None
-    own: list[tuple[torch.Tensor, torch.Tensor]] = []
+    pieces: list[torch.Tensor] = []
     start = 0
-    for index, count in enumerate(layout.counts):
+    for index, (count, used) in enumerate(zip(layout.counts, layout.prefix_used, strict=True)):
         part = slice(start, start + count)
         context_keys, context_values = layout.context[index][layer_idx]
-        keys = _expand(torch.cat([context_keys, key[..., part, :]], dim=-2), groups)
-        values = _expand(torch.cat([context_values, value[..., part, :]], dim=-2), groups)
-        positions = torch.cat([layout.context_positions[index], layout.query_positions[index]])
-        visible = positions[None, :] <= layout.query_positions[index][:, None]
-        own.append(_math_attention(query[..., part, :], keys, values, scale, visible))
-        start += count
-    merged = [out for out, _ in own]
-    used_values = {u for u in layout.prefix_used if u}
-    if layer.prefix_keys is not None and layer.prefix_values is not None and used_values:
-        starts = [sum(layout.counts[:i]) for i in range(len(layout.counts))]
-        for used in sorted(used_values):
-            members = [i for i, u in enumerate(layout.prefix_used) if u == used]
-            q = torch.cat(
-                [query[..., starts[i] : starts[i] + layout.counts[i], :] for i in members], dim=-2
-            )
-            shared = _math_attention(
-                q,
-                _expand(layer.prefix_keys[..., :used, :], groups),
-                _expand(layer.prefix_values[..., :used, :], groups),
+        keys_parts, values_parts, positions = [], [], []
+        if used and layer.prefix_keys is not None and layer.prefix_values is not None:
+            keys_parts.append(layer.prefix_keys[..., :used, :])
+            values_parts.append(layer.prefix_values[..., :used, :])
+            positions.append(torch.arange(used))
+        keys_parts += [context_keys, key[..., part, :]]
+        values_parts += [context_values, value[..., part, :]]
+        positions += [layout.context_positions[index], layout.query_positions[index]]
+        visible = torch.cat(positions)[None, :] <= layout.query_positions[index][:, None]
+        pieces.append(
+            _softmax_attention(
+                query[..., part, :],
+                torch.cat(keys_parts, dim=-2),
+                torch.cat(values_parts, dim=-2),
                 scale,
-                None,
+                visible,
+                groups,
             )
-            offset = 0
-            for i in members:
-                width = layout.counts[i]
-                piece = (
-                    shared[0][..., offset : offset + width, :],
-                    shared[1][..., offset : offset + width],
-                )
-                merged[i] = _merge(own[i], piece)
-                offset += width
-    return torch.cat(merged, dim=-2).transpose(1, 2).contiguous()
+        )
+        start += count
+    return torch.cat(pieces, dim=-2).transpose(1, 2).contiguous()
 
 
 def _math_attention(
@@ -310,6 +349,9 @@ def _math_attention(
 
 
 AttentionInterface.register(ATTENTION, packed_attention)
+# every other forward of a model switched to `toolrl_packed` (TRL's own paths, `generate`)
+# must get the masks SDPA gets: an unknown name would hand attention the raw 2D padding mask
+AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 
 
 def use_packed_attention(model: Any) -> None:
@@ -439,7 +481,8 @@ class PackedKV:
         return hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(hidden).float()
+        logits: torch.Tensor = self.head(hidden)
+        return logits.float()
 
     def drop_rows(self, rows: Sequence[int]) -> None:
         """Forget rows (finished requests): their keys leave the cache."""

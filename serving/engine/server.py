@@ -180,8 +180,12 @@ class EngineServer:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Request] = loop.create_future()
 
+        def settle(request: Request) -> None:
+            if not done.done():
+                done.set_result(request)
+
         def finished(request: Request) -> None:
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(request))
+            loop.call_soon_threadsafe(settle, request)
 
         request = Request(prompt, sampling, on_finish=finished)
         self.handle.worker.submit(request, prefix_hint)

@@ -145,7 +145,12 @@ def completion_body(trajectory: Trajectory, model: str, version: str) -> dict[st
             "turns": len(trajectory.turns),
             "stop": trajectory.stop,
             "tool_calls": [
-                {"name": c.name, "arguments": c.arguments, "is_error": c.result_is_error}
+                {
+                    "name": c.name,
+                    "arguments": c.arguments,
+                    "is_error": c.result_is_error,
+                    "result": (c.result or "")[:2000],
+                }
                 for c in trajectory.calls
             ],
         },

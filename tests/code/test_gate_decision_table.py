@@ -212,3 +212,37 @@ def test_a_training_jobs_result_file_is_accepted_as_status(
     path.write_text(json.dumps({"schema_version": 1, "spec_hash": "x", **result}))
     decision = decide(report(), RULES, None, load_training_outcome(path))
     assert [c.name for c in decision.checks if not c.passed] == failed
+
+
+def test_the_demo_gate_refuses_the_model_that_could_not_call_a_tool() -> None:
+    """The candidate a fresh `make demo` promoted at 687826b (issue 13): it must never pass
+    the demo's thresholds again, and a working model must."""
+    demo = load_thresholds(
+        Path(__file__).parents[2] / "training" / "specs" / "thresholds_demo.yaml"
+    )
+    broken = report(
+        pass_rate=0.005,
+        tool_selection_accuracy=0.43,
+        argument_accuracy=0.10,
+        exact_call_accuracy=0.05,
+        parseable_rate=0.59,
+        malformed_call_rate=0.41,
+        irrelevance_accuracy=0.2,
+        abstention_rate=0.2,
+        error_rate=0.0,
+    )
+    decision = decide(broken, demo, None, DONE)
+    assert decision.decision == "reject"
+    assert any("pass_rate" in reason for reason in decision.reasons)
+    working = report(
+        pass_rate=0.45,
+        tool_selection_accuracy=0.6,
+        argument_accuracy=0.55,
+        exact_call_accuracy=0.45,
+        parseable_rate=0.9,
+        malformed_call_rate=0.06,
+        irrelevance_accuracy=0.8,
+        abstention_rate=0.7,
+        error_rate=0.0,
+    )
+    assert decide(working, demo, None, DONE).decision == "promote"

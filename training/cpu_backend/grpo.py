@@ -124,6 +124,8 @@ class GrpoResult:
     resumed_from: int | None
     rewards: list[float] = field(default_factory=list)
     malformed_history: list[float] = field(default_factory=list)
+    reward_stds: list[float] = field(default_factory=list)
+    """Spread of the reward across each step's rollouts (TRL's `reward_std`)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -302,6 +304,7 @@ def run_grpo(
     seconds = time.perf_counter() - start
     final = latest_complete_step(run_dir) or trainer.state.global_step
     rewards = [float(e["reward"]) for e in trainer.state.log_history if "reward" in e]
+    stds = [float(e.get("reward_std", 0.0)) for e in trainer.state.log_history if "reward" in e]
     return GrpoResult(
         model_dir=actor_path(run_dir, final),
         final_step=final,
@@ -313,4 +316,5 @@ def run_grpo(
         resumed_from=resume,
         rewards=rewards,
         malformed_history=list(reward.malformed_history),
+        reward_stds=stds,
     )

@@ -42,6 +42,7 @@ from training.rewards.rule import score_rollout
 ToolCaller = Callable[[str, dict[str, Any], str], str]
 """(tool name, arguments, session) -> the text the model reads."""
 _NO_CALL = (Category.IRRELEVANCE, Category.CLARIFICATION)
+_NO_CALL_NAMES = {c.value for c in _NO_CALL}
 
 
 HEADLINE_RATES = (
@@ -67,11 +68,15 @@ class EvalResult:
     mean_turns: float = 0.0
     seconds: float = 0.0
     generated_tokens: int = 0
+    by_category: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per category: rows, success (tool rows: the exact expected calls and nothing else;
+    no-tool rows: no call) and tool_selection (tool rows)."""
     examples: list[str] = field(default_factory=list)
 
     def as_metrics(self, prefix: str) -> dict[str, float]:
         values = asdict(self)
         values.pop("examples")
+        values.pop("by_category")
         return {f"{prefix}/{key}": float(value) for key, value in values.items()}
 
 
@@ -194,6 +199,7 @@ def _summarise(
     if not conversations:
         return result
     counts: Counter[str] = Counter()
+    per_category: dict[str, Counter[str]] = {}
     attempts = malformed = 0
     rewards: list[float] = []
     for conversation in conversations:
@@ -207,18 +213,25 @@ def _summarise(
         malformed += total - len(valid)
         needs_tools = truth.category not in _NO_CALL and bool(truth.expected_calls)
         expected_names = Counter(c.name for c in truth.expected_calls)
+        category = per_category.setdefault(truth.category.value, Counter())
+        category["rows"] += 1
         if needs_tools:
             counts["needs_tools"] += 1
             counts["parseable"] += bool(total) and len(valid) == total
-            counts["exact"] += (
+            exact = (
                 breakdown.matched_calls == len(truth.expected_calls)
                 and len(valid) == total
                 and breakdown.valid_calls - breakdown.matched_calls == 0
             )
-            counts["selection"] += Counter(c.name for c in valid) == expected_names and bool(valid)
+            selected = Counter(c.name for c in valid) == expected_names and bool(valid)
+            counts["exact"] += exact
+            counts["selection"] += selected
+            category["success"] += exact
+            category["selection"] += selected
         else:
             counts["no_call_rows"] += 1
             counts["abstained"] += total == 0
+            category["success"] += total == 0
         counts["truth"] += breakdown.ground_truth_match >= config.weights.ground_truth_max - 1e-9
         counts["turns"] += len(conversation.turns)
         if len(result.examples) < 3:
@@ -233,4 +246,14 @@ def _summarise(
     result.malformed_rate = malformed / attempts if attempts else 0.0
     result.mean_reward = sum(rewards) / rows
     result.mean_turns = counts["turns"] / rows
+    result.by_category = {
+        name: {
+            "rows": float(c["rows"]),
+            "success": c["success"] / c["rows"],
+            **(
+                {"tool_selection": c["selection"] / c["rows"]} if name not in _NO_CALL_NAMES else {}
+            ),
+        }
+        for name, c in sorted(per_category.items())
+    }
     return result

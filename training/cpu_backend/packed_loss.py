@@ -179,7 +179,8 @@ def frozen_context_sft_loss(
     count = sum(int(p.numel()) for p in trained.positions)
     denominator = torch.as_tensor(num_items if num_items is not None else count).clamp(min=1)
     if count == 0:
-        return model.get_output_embeddings().weight.sum() * 0.0
+        weight: torch.Tensor = model.get_output_embeddings().weight
+        return weight.sum() * 0.0
     hidden, targets = trained_hidden(model, trained)
     logps, _ = chunked_token_logps(model.get_output_embeddings(), hidden, targets)
     return -logps.sum() / denominator

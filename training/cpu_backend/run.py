@@ -25,6 +25,7 @@ import pandas as pd
 
 from training.cpu_backend.grpo import run_grpo
 from training.cpu_backend.metrics import HEADLINE_RATES, EvalResult, evaluate
+from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.sft import run_sft
 from training.cpu_backend.tools import McpToolRunner, ToolSchema
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 REPORT = "cpu_report.json"
 """Written to the workdir beside the job's `result.json`: timings, speeds, losses, rewards
 and the quick eval before training, after SFT and after GRPO."""
+PLOTS = "plots"
+"""PNGs beside the report (`plots.py`), also logged to the run's MLflow artifacts."""
 MODEL_FILES = (
     "config.json",
     "generation_config.json",
@@ -238,15 +241,19 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "first_loss": sft.first_loss,
                 "last_loss": sft.last_loss,
                 "dropped_rows": sft.dropped_rows,
+                "losses": [list(pair) for pair in sft.losses],
             },
             "grpo": {
                 "steps_trained": grpo.steps_trained,
                 "rewards": grpo.rewards,
+                "reward_stds": grpo.reward_stds,
                 "malformed_history": grpo.malformed_history,
             },
             "timings": timings,
             "metrics": metrics,
             "evals": {k: {x: y for x, y in v.items() if x != "examples"} for k, v in evals.items()},
         }
+        report["plots"] = [str(p) for p in write_all(report, workdir / PLOTS)]
+        tracker.log_artifacts(workdir / PLOTS, PLOTS)
         _write_json(workdir / REPORT, report)
     return result

@@ -213,6 +213,8 @@ class SftResult:
     first_loss: float | None
     last_loss: float | None
     resumed_from: int | None
+    losses: tuple[tuple[int, float], ...] = ()
+    """(step, loss) as the trainer logged them (this process's part of the run)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -276,7 +278,12 @@ def run_sft(
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(actor_path(sft_dir, resume)) if resume else None)
     seconds = time.perf_counter() - start
-    losses = [float(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry]
+    logged = [
+        (int(entry.get("step", 0)), float(entry["loss"]))
+        for entry in trainer.state.log_history
+        if "loss" in entry
+    ]
+    losses = [loss for _, loss in logged]
     trained = trainer.state.global_step - (resume or 0)
     mean_tokens = sum(len(r["input_ids"]) for r in rows) / len(rows)
     tokens = int(mean_tokens * trained * cpu.sft_batch_size)
@@ -293,4 +300,5 @@ def run_sft(
         losses[0] if losses else None,
         losses[-1] if losses else None,
         resume,
+        tuple(logged),
     )

@@ -56,6 +56,11 @@ class Tracker:
         if clean:
             self._mlflow.log_metrics(clean, step=step)
 
+    def log_artifacts(self, directory: Any, artifact_path: str) -> None:
+        if self._mlflow is None or not directory.is_dir():
+            return
+        self._mlflow.log_artifacts(str(directory), artifact_path)
+
     def __exit__(self, *exc: object) -> None:
         if self._mlflow is not None:
             self._mlflow.end_run(status="FAILED" if exc[0] else "FINISHED")

@@ -58,6 +58,9 @@ def summarise(results: Sequence[CaseResult]) -> dict[str, Any]:
     return {
         "cases": n,
         "tool_call_rate": _rate(sum(r.call_attempts > 0 for r in results), n),
+        "parseable_rate": _rate(
+            sum(r.call_attempts > 0 and r.malformed_calls == 0 for r in calling), len(calling)
+        ),
         "tool_selection_accuracy": _rate(sum(bool(r.selection_ok) for r in calling), len(calling)),
         "argument_accuracy": _rate(sum(expected_calls), len(expected_calls)),
         "exact_call_accuracy": _rate(sum(bool(r.exact_calls) for r in calling), len(calling)),
@@ -72,6 +75,10 @@ def summarise(results: Sequence[CaseResult]) -> dict[str, Any]:
         ),
         "clarification_accuracy": _rate(
             sum(bool(r.no_call_ok) for r in clarification), len(clarification)
+        ),
+        "abstention_rate": _rate(
+            sum(bool(r.no_call_ok) for r in (*irrelevance, *clarification)),
+            len(irrelevance) + len(clarification),
         ),
         "malformed_call_rate": _rate(sum(r.malformed_calls for r in results), attempts),
         "malformed_by_kind": dict(sorted(kinds.items())),
@@ -133,8 +140,10 @@ def aggregate(results: Sequence[CaseResult], k_max: int) -> dict[str, Any]:
     """Overall, by category, by tool (sample 0 only) and pass^k (all samples)."""
     main = [r for r in results if r.sample == 0]
     by_category: dict[str, list[CaseResult]] = defaultdict(list)
+    by_language: dict[str, list[CaseResult]] = defaultdict(list)
     for r in main:
         by_category[r.category].append(r)
+        by_language[r.language or "unknown"].append(r)
     samples: dict[str, list[bool]] = defaultdict(list)
     for r in sorted(results, key=lambda r: r.sample):
         samples[r.case_id].append(r.passed)
@@ -142,6 +151,7 @@ def aggregate(results: Sequence[CaseResult], k_max: int) -> dict[str, Any]:
     return {
         "overall": summarise(main),
         "by_category": {c: summarise(rs) for c, rs in sorted(by_category.items())},
+        "by_language": {lang: summarise(rs) for lang, rs in sorted(by_language.items())},
         "by_tool": per_tool(main),
         "pass_hat_k": pass_hat_k(multi, k_max) if k_max > 1 and multi else {},
         "pass_hat_k_cases": len(multi),

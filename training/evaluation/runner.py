@@ -149,6 +149,7 @@ async def run_cases(
             agent = agents[0 if sample == 0 else 1]
             trajectory = await agent.run(case.messages, session=f"eval-{case.case_id}-{sample}")
             result = score_case(case.case_id, case.ground_truth_json, trajectory, registry, sample)
+            result.language = case.language
             results.append(result)
             if journal is not None:
                 journal.write(result.model_dump_json() + "\n")

@@ -32,6 +32,7 @@ class CaseResult(BaseModel):
     case_id: str
     sample: int = 0
     category: str
+    language: str = ""
     expected_tools: list[str] = Field(default_factory=list)
     called_tools: list[str] = Field(default_factory=list)
     call_attempts: int = 0

@@ -168,14 +168,14 @@ def convert(source: GgufSource, out_dir: Path) -> Path:
     tokenizer.chat_template = chat_template()
     tokenizer.response_schema = RESPONSE_SCHEMA
     tokenizer.clean_up_tokenization_spaces = False  # destructive for BPE (spaces before ".")
-    eos_id = int(tokenizer.convert_tokens_to_ids(EOS_TOKEN))
-    pad_id = int(tokenizer.convert_tokens_to_ids(PAD_TOKEN))
+    eos_id = _token_id(tokenizer, EOS_TOKEN)
+    pad_id = _token_id(tokenizer, PAD_TOKEN)
     model.config.eos_token_id = eos_id
     model.config.pad_token_id = pad_id
     model.generation_config = GenerationConfig(
         eos_token_id=[eos_id], pad_token_id=pad_id, do_sample=False, max_new_tokens=512
     )
-    model = model.to(torch.bfloat16)
+    model = model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
@@ -201,6 +201,13 @@ def convert(source: GgufSource, out_dir: Path) -> Path:
     }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out_dir
+
+
+def _token_id(tokenizer: Any, token: str) -> int:
+    found = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(found, int) or found == tokenizer.unk_token_id:
+        raise ModelSourceError(f"the converted tokenizer has no {token!r} token")
+    return found
 
 
 def read_manifest(model_dir: Path) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +24,14 @@ class PipelineConfig(BaseModel):
 
     dataset_schedule: str = Field(default="0 3 * * 1", description="Cron of toolcall_dataset.")
     dataset_rows: int = Field(default=2_000, ge=10, description="Rows per dataset version.")
+    chinese_fraction: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of dataset rows in Chinese. 0 for the default base model: "
+        "SmolLM2-135M-Instruct was trained on English only, so Chinese rows would measure "
+        "a language it does not have; a Qwen base on a GPU cluster can take 0.3.",
+    )
     data_root: str = Field(
         default=str(REPO_ROOT / "runs" / "datasets"),
         description="Where validated versions live (a local dir; S3 mirror when a bucket is set).",
@@ -30,13 +39,21 @@ class PipelineConfig(BaseModel):
     s3_bucket: str | None = Field(default=None, description="Mirror datasets to this bucket.")
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     training_spec: str = Field(
-        default=str(REPO_ROOT / "training" / "specs" / "cpu_tiny.yaml"),
+        default=str(REPO_ROOT / "training" / "specs" / "cpu_smollm2.yaml"),
         description="TrainingSpec used by scheduled retraining (a DAG param overrides it).",
     )
     training_backend: str = Field(
         default="cpu",
         pattern="^(cpu|verl)$",
         description="cpu (TRL, embedded) or verl (GPU cluster).",
+    )
+    eval_backend: Literal["cpu", "transformers"] = Field(
+        default="cpu",
+        description="Model server the evaluation drives on CPU: cpu (the project's engine: "
+        "tool prompt cached, requests batched) or transformers (`transformers serve`).",
+    )
+    eval_limit: int | None = Field(
+        default=None, ge=1, description="Evaluate at most this many held-out cases (all: None)."
     )
     thresholds: str = Field(
         default=str(REPO_ROOT / "training" / "evaluation" / "thresholds.yaml"),

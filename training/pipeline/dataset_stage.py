@@ -31,7 +31,11 @@ def generate_stage(config: PipelineConfig, run_key: str, rows: int | None = None
     if staging.exists():
         shutil.rmtree(staging)  # a retried task starts clean; nothing is published yet
     manifest = generate_dataset(
-        GenerationConfig(n=rows or config.dataset_rows, seed=seed_for_run(run_key)),
+        GenerationConfig(
+            n=rows or config.dataset_rows,
+            seed=seed_for_run(run_key),
+            chinese_fraction=config.chinese_fraction,
+        ),
         staging,
         progress=False,
     )

@@ -32,6 +32,7 @@ def evaluate_candidate_and_champion(
     mcp_url: str,
     tracking_uri: str,
     limit: int | None,
+    backend: str = "cpu",
 ) -> dict[str, Any]:
     """Evaluate the candidate, and the current champion on the same test file (so the gate
     compares like with like). No champion yet: only the candidate is evaluated."""
@@ -42,7 +43,9 @@ def evaluate_candidate_and_champion(
         raise StageError(f"training produced no merged model directory ({merged!r})")
     workdir = Path(planned["workdir"]) / "eval"
     test_file = _test_file(planned)
-    candidate = evaluate_model(merged, test_file, mcp_url, workdir / "candidate.json", limit)
+    candidate = evaluate_model(
+        merged, test_file, mcp_url, workdir / "candidate.json", limit, backend
+    )
     champion_report = None
     try:
         info = resolve(tracking_uri, f"models:/{model_name()}@champion")
@@ -51,7 +54,7 @@ def evaluate_candidate_and_champion(
     if info is not None:
         champion_dir = download(tracking_uri, info, workdir / "champion-model")
         champion_report = evaluate_model(
-            str(champion_dir), test_file, mcp_url, workdir / "champion.json", limit
+            str(champion_dir), test_file, mcp_url, workdir / "champion.json", limit, backend
         )
     return {
         "candidate_report": candidate,
@@ -109,7 +112,8 @@ def register_candidate_version(
         spec_hash=planned["spec_hash"],
         git_sha=git_sha(),
         call_format=spec.model.call_format,
-        base_model=spec.model.path[:250],
+        base_model=str(planned.get("base_model") or spec.model.path)[:250],
+        parent_version=planned.get("parent_version"),
     )
     info = register_candidate(
         tracking_uri,

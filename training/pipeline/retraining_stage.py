@@ -76,14 +76,43 @@ def resolve_dataset(
     return latest_dataset(config)
 
 
+def starting_point(
+    spec: Any, workdir: Path, tracking_uri: str | None, model_name: str
+) -> tuple[Any, dict[str, Any]]:
+    """Where this run starts: the spec's base model, or (with `model.start_from: champion`)
+    the current champion's weights, downloaded into the run's workdir, with the shorter
+    continuation SFT. Returns the spec to train and what was decided, for lineage and logs."""
+    if spec.model.start_from != "champion":
+        return spec, {"start": "base", "parent_version": None}
+    if not tracking_uri:
+        return spec, {"start": "base", "parent_version": None, "why": "no registry configured"}
+    from training.registry.registry import RegistryError, download, resolve
+
+    try:
+        info = resolve(tracking_uri, f"models:/{model_name}@champion")
+    except RegistryError:
+        return spec, {"start": "base", "parent_version": None, "why": "no champion yet"}
+    parent = download(tracking_uri, info, workdir / "parent_model")
+    continued = spec.model_copy(
+        update={
+            "model": spec.model.model_copy(update={"path": str(parent)}),
+            "cpu": spec.cpu.model_copy(update={"sft_steps": spec.cpu.continue_sft_steps}),
+        }
+    )
+    return continued, {"start": f"champion v{info.version}", "parent_version": info.version}
+
+
 def prepare_spec(
     config: PipelineConfig,
     spec_path: str,
     dataset: dict[str, str],
     run_key: str,
     validate_with_verl: bool,
+    tracking_uri: str | None = None,
+    model_name: str = "toolrl",
 ) -> dict[str, Any]:
-    """Write this run's spec (dataset and checkpoint dir filled in) and validate it."""
+    """Write this run's spec (dataset, checkpoint dir and starting weights filled in) and
+    validate it."""
     from training.spec.model import load_spec
 
     base = load_spec(Path(spec_path))
@@ -102,6 +131,7 @@ def prepare_spec(
             ),
         }
     )
+    spec, start = starting_point(spec, workdir, tracking_uri, model_name)
     warnings: list[str] = []
     if validate_with_verl:
         from training.spec.plan import plan
@@ -110,12 +140,15 @@ def prepare_spec(
     workdir.mkdir(parents=True, exist_ok=True)
     run_spec = workdir / "spec.yaml"
     run_spec.write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    (workdir / "start.json").write_text(json.dumps({**start, "base_model": base.model.path}))
     return {
         "spec_path": str(run_spec),
         "workdir": str(workdir),
         "spec_hash": spec.spec_hash(),
         "dataset_version": dataset["dataset_version"],
         "warnings": warnings,
+        "base_model": base.model.path,
+        **start,
     }
 
 
@@ -142,15 +175,25 @@ def read_result(result_dir: str) -> dict[str, Any]:
 
 
 def evaluate_model(
-    model_dir: str, test_file: str, mcp_url: str, out: Path, limit: int | None = None
+    model_dir: str,
+    test_file: str,
+    mcp_url: str,
+    out: Path,
+    limit: int | None = None,
+    backend_name: str = "cpu",
 ) -> str:
-    """Serve `model_dir` on CPU (`transformers serve`) and run the eval harness against it."""
+    """Serve `model_dir` on CPU (the project's engine server by default: the tool prompt
+    cached, requests batched) and run the eval harness against it."""
     from serving.launch.commands import BackendConfig
     from serving.launch.process import ModelServer
     from training.demo.services import free_port
     from training.evaluation.runner import EvalConfig, evaluate
 
-    backend = BackendConfig(backend="transformers", model_dir=Path(model_dir), port=free_port())
+    backend = BackendConfig(
+        backend=backend_name,
+        model_dir=Path(model_dir),
+        port=free_port(),
+    )
     server = ModelServer(backend, out.parent / "logs").start(timeout_s=300)
     try:
         evaluate(
@@ -161,7 +204,7 @@ def evaluate_model(
                 out=out,
                 mcp_url=mcp_url,
                 tokenizer=Path(model_dir),
-                concurrency=4,
+                concurrency=16 if backend_name == "cpu" else 4,
                 max_tokens=256,
                 limit=limit,
             ),

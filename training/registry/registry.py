@@ -47,6 +47,8 @@ class Lineage(BaseModel):
     call_format: Literal["hermes", "qwen3_coder"] = "hermes"
     """The model's tool-call syntax: serving picks vLLM's parser from it."""
     base_model: str | None = Field(default=None, max_length=250)
+    parent_version: str | None = Field(default=None, max_length=250)
+    """The champion version this candidate continued from (None: trained from the base)."""
 
 
 class VersionInfo(BaseModel):

@@ -25,7 +25,17 @@ class _Section(BaseModel):
 
 
 class ModelSection(_Section):
-    path: str = Field(description="Local path or hub id of the base model (HF format).")
+    path: str = Field(
+        description="Base model: a local Hugging Face directory, package://DIST (a model a "
+        "registry package ships, converted once by `toolrl model prepare`), or "
+        "tiny://<call_format> (a ~2M-parameter Qwen3 built locally, for fast tests)."
+    )
+    start_from: Literal["base", "champion"] = Field(
+        default="base",
+        description="champion: a pipeline run continues from models:/NAME@champion when one "
+        "exists (GRPO on the fresh data after cpu.continue_sft_steps of SFT; the registry "
+        "records the parent version); base: always from `path`.",
+    )
     call_format: CallFormat = Field(
         default="qwen3_coder",
         description="Tool-call syntax the model's chat template uses (rollout parser).",
@@ -165,6 +175,12 @@ class CpuSection(_Section):
     threads: int = Field(default=2, ge=1, description="torch threads.")
     seed: int = Field(default=0, description="Seed of SFT sampling, GRPO sampling and init.")
     sft_save_freq: int = Field(default=50, ge=1, description="SFT checkpoint every N steps.")
+    continue_sft_steps: int = Field(
+        default=0,
+        ge=0,
+        description="SFT steps when continuing from the champion (model.start_from: champion): "
+        "0 skips SFT, the champion already knows the format.",
+    )
     sft_short_steps: int = Field(
         default=0,
         ge=0,
