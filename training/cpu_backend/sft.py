@@ -235,7 +235,8 @@ def run_sft(
 ) -> SftResult:
     """Warm-start `base_model` on the train split; resumable; returns the final model dir.
 
-    A finished warm start (`run_dir/sft/final/COMPLETE`) is reused as is.
+    A finished warm start (`run_dir/sft/final/COMPLETE`) is reused as is; with
+    `cpu.sft_steps: 0` there is none and GRPO starts from `base_model` itself.
     """
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -244,6 +245,8 @@ def run_sft(
     cpu = spec.cpu
     sft_dir = run_dir / "sft"
     final = sft_dir / FINAL_DIR
+    if cpu.sft_steps == 0:  # e.g. continuing from a champion that already knows the format
+        return SftResult(base_model, 0, 0.0, 0, 0, None, None, None)
     if (final / "COMPLETE").is_file():
         return SftResult(final, cpu.sft_steps, 0.0, 0, 0, None, None, cpu.sft_steps)
     sft_dir.mkdir(parents=True, exist_ok=True)

@@ -205,7 +205,7 @@ def convert(source: GgufSource, out_dir: Path) -> Path:
 
 def _token_id(tokenizer: Any, token: str) -> int:
     found = tokenizer.convert_tokens_to_ids(token)
-    if not isinstance(found, int) or found == tokenizer.unk_token_id:
+    if not isinstance(found, int) or tokenizer.convert_ids_to_tokens(found) != token:
         raise ModelSourceError(f"the converted tokenizer has no {token!r} token")
     return found
 

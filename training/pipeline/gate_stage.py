@@ -42,9 +42,9 @@ def evaluate_candidate_and_champion(
     if not merged or not Path(merged).is_dir():
         raise StageError(f"training produced no merged model directory ({merged!r})")
     workdir = Path(planned["workdir"]) / "eval"
-    test_file = _test_file(planned)
+    test_file, max_turns = _test_file_and_turns(planned)
     candidate = evaluate_model(
-        merged, test_file, mcp_url, workdir / "candidate.json", limit, backend
+        merged, test_file, mcp_url, workdir / "candidate.json", limit, backend, max_turns
     )
     champion_report = None
     try:
@@ -54,7 +54,13 @@ def evaluate_candidate_and_champion(
     if info is not None:
         champion_dir = download(tracking_uri, info, workdir / "champion-model")
         champion_report = evaluate_model(
-            str(champion_dir), test_file, mcp_url, workdir / "champion.json", limit, backend
+            str(champion_dir),
+            test_file,
+            mcp_url,
+            workdir / "champion.json",
+            limit,
+            backend,
+            max_turns,
         )
     return {
         "candidate_report": candidate,
@@ -63,11 +69,13 @@ def evaluate_candidate_and_champion(
     }
 
 
-def _test_file(planned: dict[str, Any]) -> str:
-    import yaml
+def _test_file_and_turns(planned: dict[str, Any]) -> tuple[str, int]:
+    """The held-out file and the turn limit the candidate was trained with (the eval
+    gives it the same number of model responses per episode as its rollouts had)."""
+    from training.spec.model import load_spec
 
-    spec = yaml.safe_load(Path(planned["spec_path"]).read_text())
-    return str(spec["data"]["test_files"][0])
+    spec = load_spec(Path(planned["spec_path"]))
+    return spec.data.test_files[0], spec.rollout.max_turns
 
 
 def gate_candidate(

@@ -181,6 +181,7 @@ def evaluate_model(
     out: Path,
     limit: int | None = None,
     backend_name: str = "cpu",
+    max_turns: int = 8,
 ) -> str:
     """Serve `model_dir` on CPU (the project's engine server by default: the tool prompt
     cached, requests batched) and run the eval harness against it."""
@@ -205,6 +206,7 @@ def evaluate_model(
                 mcp_url=mcp_url,
                 tokenizer=Path(model_dir),
                 concurrency=16 if backend_name == "cpu" else 4,
+                max_turns=max_turns,
                 max_tokens=256,
                 limit=limit,
             ),

