@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import torch
 from torch.nn import functional
+from torch.utils.checkpoint import checkpoint
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -318,14 +319,18 @@ def _gradient_attention(
         values_parts += [context_values, value[..., part, :]]
         positions += [layout.context_positions[index], layout.query_positions[index]]
         visible = torch.cat(positions)[None, :] <= layout.query_positions[index][:, None]
+        # recomputed in backward instead of kept: a row's softmax output is heads x queries
+        # x keys floats (16 GRPO rollouts: ~1.9 GB over 30 layers), its inputs a fraction
         pieces.append(
-            _softmax_attention(
+            checkpoint(
+                _softmax_attention,
                 query[..., part, :],
                 torch.cat(keys_parts, dim=-2),
                 torch.cat(values_parts, dim=-2),
                 scale,
                 visible,
                 groups,
+                use_reentrant=False,
             )
         )
         start += count

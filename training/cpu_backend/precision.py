@@ -82,7 +82,7 @@ class MasterWeightAdamW(torch.optim.AdamW):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["masters"] = [m.detach().clone() for m in self.masters]
+        state["masters"] = [m.detach() for m in self.masters]  # saved as is, never copied
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -123,6 +123,31 @@ def export_model(source: Path, target: Path) -> Path:
     return target
 
 
+def release_memory() -> float:
+    """Free what a finished phase left behind and return the process's peak RSS so far (GiB).
+
+    Each phase (SFT, GRPO, an eval) builds its own model, optimizer and caches; once it
+    returns they are garbage, but glibc keeps the freed pages in its arenas, so without a
+    trim the next phase stacks on top (measured: 9.3 GB during GRPO after SFT in one
+    process, against 5.2 GB for GRPO alone)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024**2, 2)
+    except OSError:
+        pass
+    return 0.0
+
+
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -174,12 +199,15 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         evals["before"] = quick_eval(
             spec, base, rows, schemas, runner, run_dir / "eval_before.json"
         )
+        peaks: dict[str, float] = {"before": release_memory()}
         sft = run_sft(spec, base, train_file, run_dir, schemas, [LogCallback(tracker, "train/sft")])
         timings["sft_s"] = sft.seconds
+        peaks["sft"] = release_memory()
         if sft.model_dir != base:  # no SFT ran (continuing from a champion): nothing new
             evals["sft"] = quick_eval(
                 spec, sft.model_dir, rows, schemas, runner, run_dir / "eval_sft.json"
             )
+            release_memory()
         grpo = run_grpo(
             spec,
             sft.model_dir,
@@ -190,6 +218,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             [LogCallback(tracker, "train")],
         )
         timings["grpo_s"] = grpo.seconds
+        peaks["grpo"] = release_memory()
         evals["grpo"] = quick_eval(
             spec, grpo.model_dir, rows, schemas, runner, run_dir / "eval_grpo.json"
         )
@@ -251,6 +280,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "malformed_history": grpo.malformed_history,
             },
             "timings": timings,
+            "peak_rss_gib": peaks,
             "metrics": metrics,
             "evals": {k: {x: y for x, y in v.items() if x != "examples"} for k, v in evals.items()},
         }

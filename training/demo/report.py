@@ -39,6 +39,12 @@ def latest_run(pipeline: Path) -> Path | None:
     return decisions[-1].parent.parent if decisions else None
 
 
+def job_dir(run_dir: Path) -> Path:
+    """The training job's workdir (one folder per Ray submission; the newest wins)."""
+    jobs = sorted((run_dir / "jobs").glob("*/result.json"), key=lambda p: p.stat().st_mtime)
+    return jobs[-1].parent if jobs else run_dir / "jobs"
+
+
 def start_line(run_dir: Path) -> str:
     start = _read(run_dir / "start.json") or {}
     where = str(start.get("start") or "base")
@@ -57,7 +63,7 @@ def _percent(value: Any) -> str:
 def before_after_table(run_dir: Path) -> Table | None:
     """Quick evals of the training job (base, after SFT, after GRPO) beside the DAG's
     evaluation of the candidate and the champion it was compared with."""
-    report = _read(run_dir / "jobs" / "cpu_report.json") or {}
+    report = _read(job_dir(run_dir) / "cpu_report.json") or {}
     evals = report.get("evals") or {}
     candidate = _read(run_dir / "eval" / "candidate.json") or {}
     champion = _read(run_dir / "eval" / "champion.json") or {}

@@ -22,7 +22,13 @@ import yaml
 from rich.console import Console
 
 from training.demo.progress import CheckpointWatcher
-from training.demo.report import answer_check, before_after_table, latest_run, start_line
+from training.demo.report import (
+    answer_check,
+    before_after_table,
+    job_dir,
+    latest_run,
+    start_line,
+)
 from training.demo.services import ManagedService, ServiceStack, free_port, service_stack
 from training.pipeline.config import REPO_ROOT
 from training.spec.model import load_spec
@@ -235,7 +241,7 @@ def serve_and_chat(
     serving_env = {**env, "TOOLRL_MCP_URL": f"http://127.0.0.1:{ports['mcp_real']}/mcp"}
     stack.start(
         ManagedService(
-            "champion serving (transformers serve + front door)",
+            "champion serving (CPU engine server + front door)",
             [
                 str(BIN / "toolrl"),
                 "serve",
@@ -334,7 +340,7 @@ def _summary(
     run_dir = latest_run(pipeline)
     if run_dir is not None:
         console.print(f"training              {start_line(run_dir)}")
-        plots = run_dir / "jobs" / "plots"
+        plots = job_dir(run_dir) / "plots"
         if plots.is_dir():
             console.print(f"plots                 {plots}")
         table = before_after_table(run_dir)

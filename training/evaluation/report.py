@@ -8,9 +8,11 @@ assets (it is opened from an artifact store), and every string in it is escaped.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,14 +61,40 @@ class EvalReport(BaseModel):
     """wall_s, cases_per_s: how long the evaluation took."""
 
 
-def write_report(report: EvalReport, path: Path) -> Path:
-    """Write JSON atomically (a crash never leaves half a report) and the HTML beside it."""
+def write_report(report: EvalReport, path: Path, figures: Sequence[Path] = ()) -> Path:
+    """Write JSON atomically (a crash never leaves half a report) and the HTML beside it,
+    with `figures` (PNG files, e.g. the training stage's plots) embedded in it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False))
     os.replace(tmp, path)
-    path.with_suffix(".html").write_text(render_html(report))
+    path.with_suffix(".html").write_text(render_html(report, figures))
     return path
+
+
+MAX_FIGURE_BYTES = 2 * 1024 * 1024
+
+
+def _figures_html(figures: Sequence[Path]) -> str:
+    """PNGs inline as data URIs: the page opens from an artifact store with nothing else.
+    A missing, oversized or non-PNG file is skipped (named), never a broken report."""
+    parts = []
+    for figure in figures:
+        try:
+            data = figure.read_bytes()
+        except OSError:
+            parts.append(f"<p>figure {html.escape(figure.name)} is missing</p>")
+            continue
+        if len(data) > MAX_FIGURE_BYTES or not data.startswith(b"\x89PNG"):
+            parts.append(f"<p>figure {html.escape(figure.name)} is not a small PNG; skipped</p>")
+            continue
+        encoded = base64.b64encode(data).decode("ascii")
+        label = html.escape(figure.stem.replace("_", " "))
+        parts.append(
+            f"<figure><img alt='{label}' style='max-width:100%' "
+            f"src='data:image/png;base64,{encoded}'><figcaption>{label}</figcaption></figure>"
+        )
+    return "<h2>Training</h2>" + "".join(parts) if parts else ""
 
 
 def load_report(path: Path) -> EvalReport:
@@ -134,8 +162,9 @@ _RATES = (
 )
 
 
-def render_html(report: EvalReport) -> str:
-    """A self-contained HTML summary: charts for rates, tables for categories and tools."""
+def render_html(report: EvalReport, figures: Sequence[Path] = ()) -> str:
+    """A self-contained HTML summary: charts for rates, tables for categories and tools,
+    and the training plots when given."""
     overall = report.metrics.get("overall", {})
     by_category = report.metrics.get("by_category", {})
     by_tool = report.metrics.get("by_tool", {})
@@ -167,6 +196,7 @@ def render_html(report: EvalReport) -> str:
         f"{report.cases_total} cases, {len(report.cases_skipped)} skipped, "
         f"created {html.escape(report.created_at)}</p>"
         + "".join(f"<div>{c}</div>" for c in charts)
+        + _figures_html(figures)
         + "<h2>By category</h2>"
         + _table(by_category, ["cases", *_RATES, "mean_turns", "latency_p95_s"])
         + "<h2>By tool</h2>"

@@ -46,6 +46,7 @@ def evaluate_candidate_and_champion(
     candidate = evaluate_model(
         merged, test_file, mcp_url, workdir / "candidate.json", limit, backend, max_turns
     )
+    attach_training_plots(Path(candidate), Path(merged).parent / "plots")
     champion_report = None
     try:
         info = resolve(tracking_uri, f"models:/{model_name()}@champion")
@@ -67,6 +68,17 @@ def evaluate_candidate_and_champion(
         "champion_report": champion_report,
         "champion_version": info.version if info else None,
     }
+
+
+def attach_training_plots(report_path: Path, plots: Path) -> list[Path]:
+    """Re-render the candidate's HTML with the training stage's plots embedded (the JSON,
+    which the gate reads, is unchanged)."""
+    from training.evaluation.report import load_report, write_report
+
+    figures = sorted(plots.glob("*.png")) if plots.is_dir() else []
+    if figures:
+        write_report(load_report(report_path), report_path, figures)
+    return figures
 
 
 def _test_file_and_turns(planned: dict[str, Any]) -> tuple[str, int]:
