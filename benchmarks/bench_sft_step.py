@@ -41,7 +41,7 @@ def batch(tokenizer: Any, rows: int, template: str | None) -> dict[str, torch.Te
     generate_dataset(GenerationConfig(n=200, seed=0, chinese_fraction=0.0), folder, progress=False)
     frame = pd.read_parquet(folder / "train.parquet").sample(rows, random_state=0)
     encoded = []
-    for _, row in frame.iterrows():
+    for row in frame.to_dict("records"):
         out = tokenizer.apply_chat_template(
             trajectory(row),
             tools=get_catalog().openai_schemas(),
@@ -65,7 +65,7 @@ def batch(tokenizer: Any, rows: int, template: str | None) -> dict[str, torch.Te
 
 def step_seconds(
     model_dir: Path, inputs: dict[str, torch.Tensor], dtype: str, frozen: bool, repeats: int
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     from transformers import AutoModelForCausalLM
 
     from training.cpu_backend.packed_loss import frozen_context_sft_loss

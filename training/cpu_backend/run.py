@@ -10,6 +10,7 @@ started again skips what is done and continues the rest from its last checkpoint
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -134,10 +135,8 @@ def release_memory() -> float:
     import gc
 
     gc.collect()
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
