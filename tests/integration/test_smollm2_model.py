@@ -142,3 +142,44 @@ def test_a_short_sft_lowers_the_loss_and_the_checkpoint_reloads(
     )["input_ids"]
     out = generate(reloaded, [prompt], 30, {tokenizer.eos_token_id})
     assert len(out[0]) > 0
+
+
+def _plan_for(smollm2: Path, tmp_path: Path, **model: Any) -> Any:
+    from training.spec.model import load_spec
+    from training.spec.plan import plan
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "training/specs/qwen35_4b_gspo.yaml")
+    fields = {"path": str(smollm2), "call_format": "hermes", **model}
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update=fields)})
+    return plan(spec, tmp_path)
+
+
+def test_the_verl_plan_accepts_the_directory_and_wraps_each_llama_layer(
+    smollm2: Path, tmp_path: Path
+) -> None:
+    result = _plan_for(smollm2, tmp_path)
+    assert "FSDP wrap policy covers every decoder layer" in result.checks
+    assert result.warnings == []
+    assert f"actor_rollout_ref.model.path={smollm2}" in result.overrides
+    coder = _plan_for(smollm2, tmp_path / "coder", call_format="qwen3_coder")
+    assert any("teaches 'hermes' calls" in w for w in coder.warnings)
+
+
+def test_a_wrap_class_the_model_lacks_is_refused_before_a_gpu_is_booked(
+    smollm2: Path, tmp_path: Path
+) -> None:
+    from training.spec.model import load_spec
+    from training.spec.plan import PlanError, plan
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "training/specs/qwen35_4b_gspo.yaml")
+    spec = spec.model_copy(
+        update={
+            "model": spec.model.model_copy(update={"path": str(smollm2), "call_format": "hermes"}),
+            "verl_overrides": [
+                "+actor_rollout_ref.actor.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap="
+                "[Qwen3DecoderLayer]"
+            ],
+        }
+    )
+    with pytest.raises(PlanError, match="FSDP wrap policy"):
+        plan(spec, tmp_path)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.model.source import is_package_reference
 from training.spec.model import TrainingSpec
 from training.spec.overrides import (
     IGNORED_LEGACY_PREFIXES,
@@ -208,9 +209,52 @@ def _assert_project_reward(reward_fn: Any) -> None:
         raise PlanError("the loaded reward function does not behave like the project's")
 
 
+def _assert_fsdp_wraps_decoder_layers(model_dir: Path, wrap_config: Any) -> int:
+    """verl shards each module its wrap policy names (by default the model class's
+    `_no_split_modules`); a class name that resolves to nothing leaves the whole model one
+    FSDP unit, which fits a 135M model and runs a 4B one out of memory. Checked on a
+    weightless (meta-device) copy of the model, so no weights are read."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from verl.utils.fsdp_utils import get_fsdp_wrap_policy
+
+    model_config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        module = AutoModelForCausalLM.from_config(model_config)
+    policy = get_fsdp_wrap_policy(module, config=wrap_config)
+    if policy is None:
+        raise PlanError("fsdp_config.wrap_policy is disabled: the model would be one FSDP unit")
+    wrapped = [
+        type(m).__name__
+        for m in module.modules()
+        if m is not module and policy(module=m, recurse=False, nonwrapped_numel=0)
+    ]
+    layers = int(getattr(model_config, "num_hidden_layers", 0) or 0)
+    if not wrapped or (layers and len(wrapped) < layers):
+        raise PlanError(
+            f"the FSDP wrap policy wraps {len(wrapped)} modules of {type(module).__name__} "
+            f"but it has {layers} decoder layers: set actor_rollout_ref.actor.fsdp_config."
+            "wrap_policy.transformer_layer_cls_to_wrap to its decoder layer class"
+        )
+    return len(wrapped)
+
+
+def _local_model_spec(spec: TrainingSpec) -> TrainingSpec:
+    """A `package://` model becomes its prepared directory (converted on first use), so
+    the printed command runs as is and verl's checks see a real model."""
+    if not is_package_reference(spec.model.path):
+        return spec
+    from training.model.prepare import prepared_dir
+
+    local = str(prepared_dir(spec.model.path))
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"path": local})})
+
+
 def plan(spec: TrainingSpec, workdir: Path | None = None) -> Plan:
     """Build and validate the verl overrides for `spec`; raise PlanError on any problem."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="toolrl-plan-"))
+    spec_hash = spec.spec_hash()
+    spec = _local_model_spec(spec)
     tool_config = write_catalog_tool_config(
         workdir / "tool_config.yaml",
         spec.tools.server_url,
@@ -223,4 +267,13 @@ def plan(spec: TrainingSpec, workdir: Path | None = None) -> Plan:
     config = compose_verl_config(overrides)
     checks.append("hydra compose of verl's ppo_trainer")
     validate_with_verl(config, checks)
-    return Plan(spec.spec_hash(), overrides, str(tool_config), template_warnings(spec), checks)
+    model_dir = Path(spec.model.path)
+    if (model_dir / "config.json").is_file():
+        _check(
+            "FSDP wrap policy covers every decoder layer",
+            checks,
+            _assert_fsdp_wraps_decoder_layers,
+            model_dir,
+            config.actor_rollout_ref.actor.fsdp_config.wrap_policy,
+        )
+    return Plan(spec_hash, overrides, str(tool_config), template_warnings(spec), checks)

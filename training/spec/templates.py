@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from training.model.source import is_package_reference
 from training.spec.model import CallFormat, TrainingSpec
 
 #: Distinctive fragments of each call syntax in Qwen chat templates.
 MARKERS: dict[CallFormat, tuple[str, ...]] = {
-    "hermes": ('"arguments": <args-json-object>', "tool_call.arguments | tojson"),
+    "hermes": ('"arguments": <args-json-object>', "call.arguments | tojson"),
     "qwen3_coder": ("<function=", "<parameter="),
 }
 
@@ -65,6 +66,8 @@ def _mismatch(spec: TrainingSpec, found: CallFormat, where: str) -> list[str]:
 
 
 def template_warnings(spec: TrainingSpec) -> list[str]:
+    if is_package_reference(spec.model.path):  # prepared with the project's hermes template
+        return _mismatch(spec, "hermes", "the project's template for package models")
     template = read_chat_template(spec.model.path)
     if template is None:
         family = family_format(spec.model.path)
