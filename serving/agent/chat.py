@@ -182,18 +182,25 @@ class ChatClient:
         raise TransportError(f"{url}: failed after {self.retry.attempts} attempts: {problem}")
 
     async def chat(
-        self, messages: Sequence[Message], tools: Sequence[Message], retry_500: bool = True
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Message],
+        retry_500: bool = True,
+        overrides: Mapping[str, Any] | None = None,
     ) -> ChatReply:
-        """POST /chat/completions with `tools` (the server's parser fills `tool_calls`)."""
+        """POST /chat/completions with `tools` (the server's parser fills `tool_calls`);
+        `overrides` (a request's own sampling fields, `tool_choice`) win over the defaults."""
         payload: dict[str, Any] = {"model": self.model, "messages": list(messages)}
         if tools:
             payload["tools"] = list(tools)
         payload.update(self.sampling)
+        payload.update(overrides or {})
         return await self._post("/chat/completions", payload, retry_500)
 
-    async def complete(self, prompt: str) -> ChatReply:
+    async def complete(self, prompt: str, overrides: Mapping[str, Any] | None = None) -> ChatReply:
         """POST /completions with an already-rendered prompt: the raw text comes back."""
         payload: dict[str, Any] = {"model": self.model, "prompt": prompt}
         payload.update(self.sampling)
         payload.update(self.completion_extra)
+        payload.update(overrides or {})
         return await self._post("/completions", payload, retry_500=True)

@@ -25,10 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from serving.agent.chat import BackendOutputError, ChatClient, ChatReply
 from serving.agent.types import (
+    AgentEvent,
+    EpisodeOptions,
     Message,
     PromptRenderer,
     RawParser,
     ToolCall,
+    ToolChoice,
     ToolExecutor,
     Trajectory,
     TransportError,
@@ -163,20 +166,26 @@ class Agent:
         tries = self.config.tool_attempts
         raise TransportError(f"MCP {what} failed after {tries} tries: {problem}")
 
-    async def _respond(self, messages: list[Message], schemas: list[Message]) -> tuple[Turn, bool]:
+    async def _respond(
+        self, messages: list[Message], schemas: list[Message], overrides: dict[str, Any]
+    ) -> tuple[Turn, bool]:
         """One model response as a Turn; the bool says whether it came back as raw text."""
+        text_overrides = {k: v for k, v in overrides.items() if k != "tool_choice"}
         if self.config.mode == "chat":
             try:
-                reply = await self.chat.chat(messages, schemas, retry_500=self.renderer is None)
+                reply = await self.chat.chat(
+                    messages, schemas, retry_500=self.renderer is None, overrides=overrides
+                )
             except BackendOutputError:
                 assert self.renderer is not None
-                reply = await self.chat.complete(self.renderer(messages, schemas))
+                prompt = self.renderer(messages, schemas)
+                reply = await self.chat.complete(prompt, text_overrides)
                 source: Literal["tool_calls", "raw", "raw_fallback"] = "raw_fallback"
             else:
                 source = "tool_calls"
         else:
             assert self.renderer is not None
-            reply = await self.chat.complete(self.renderer(messages, schemas))
+            reply = await self.chat.complete(self.renderer(messages, schemas), text_overrides)
             source = "raw"
         turn = Turn(
             content=reply.content,
@@ -213,9 +222,20 @@ class Agent:
         )
         call.result, call.result_is_error = str(reply.text), bool(reply.is_error)
 
-    async def run(self, messages: Sequence[Message], session: str = "agent") -> Trajectory:
+    async def run(
+        self,
+        messages: Sequence[Message],
+        session: str = "agent",
+        options: EpisodeOptions | None = None,
+    ) -> Trajectory:
         """Run one episode from `messages` (system + user ...). Never raises on transport
-        failure: the trajectory comes back with `stop="error"` and the reason."""
+        failure: the trajectory comes back with `stop="error"` and the reason.
+
+        `options` carries a request's own choices: sampling fields for every model call,
+        `tool_choice` for the first (later turns are `auto`, or every call would be forced),
+        and the client's tools: a turn that calls one of them runs its MCP calls here and
+        then pauses the episode, handing the client's calls back (`stop="client_tools"`)."""
+        options = options or EpisodeOptions()
         started = time.perf_counter()
         trajectory = Trajectory(messages=[dict(m) for m in messages])
         history = trajectory.messages
@@ -226,23 +246,50 @@ class Agent:
             async with limit:
                 await self._execute(call, session, index)
 
+        def emit(event: AgentEvent) -> None:
+            if options.on_event is not None:
+                options.on_event(event)
+
         try:
             schemas = await self.tool_schemas()
-            for _ in range(self.config.max_turns):
-                turn, raw = await self._respond(history, schemas)
-                if raw:
+            if options.tool_choice == "none":
+                schemas = []
+            elif options.client_tools:
+                schemas = [*options.client_tools, *schemas]
+            for index in range(self.config.max_turns):
+                overrides = dict(options.sampling)
+                if index == 0 and options.tool_choice != "auto":
+                    overrides["tool_choice"] = upstream_tool_choice(options.tool_choice)
+                turn, raw = await self._respond(history, schemas, overrides)
+                if raw and options.tool_choice != "none":
                     self._parse_raw(turn)
+                if options.tool_choice == "none":
+                    turn.calls = []  # told to answer without tools: nothing is executed
                 trajectory.turns.append(turn)
                 if not turn.calls:
                     trajectory.final_answer = final_text(turn.content)
                     history.append({"role": "assistant", "content": turn.content})
                     break
                 history.append(_assistant_message(turn))
-                await asyncio.gather(*(bounded(c, seq + i) for i, c in enumerate(turn.calls)))
-                seq += len(turn.calls)
+                mine = [c for c in turn.calls if c.name not in options.client_tool_names]
+                for call in mine:
+                    emit(call_event("tool_call", call))
+                calls_started = time.perf_counter()
+                await asyncio.gather(*(bounded(c, seq + i) for i, c in enumerate(mine)))
+                trajectory.tools_s += time.perf_counter() - calls_started
+                seq += len(mine)
+                for call in mine:
+                    emit(call_event("tool_result", call))
+                if len(mine) < len(turn.calls):
+                    trajectory.client_calls = [
+                        c for c in turn.calls if c.name in options.client_tool_names
+                    ]
+                    trajectory.final_answer = final_text(turn.content)
+                    trajectory.stop = "client_tools"
+                    break
                 history.extend(
                     {"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.result}
-                    for c in turn.calls
+                    for c in mine
                 )
             else:
                 trajectory.stop = "max_turns"
@@ -254,6 +301,24 @@ class Agent:
             trajectory.error = f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
         trajectory.latency_s = time.perf_counter() - started
         return trajectory
+
+
+def call_event(kind: Literal["tool_call", "tool_result"], call: ToolCall) -> AgentEvent:
+    """A server-side MCP call as it starts (name, arguments) or ends (result, error flag)."""
+    event: AgentEvent = {"type": kind, "id": call.id, "name": call.name}
+    if kind == "tool_call":
+        event["arguments"] = call.arguments
+    else:
+        event["is_error"] = call.result_is_error
+        event["result"] = call.result[:2000]
+    return event
+
+
+def upstream_tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    """OpenAI's wire form: the three keywords as strings, a name as a function object."""
+    if choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 def _assistant_message(turn: Turn) -> Message:

@@ -8,7 +8,7 @@ commands) inject `training.parsing.parse_tool_calls` and the MCP client.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -108,13 +108,23 @@ class Trajectory:
     messages: list[Message]
     turns: list[Turn] = field(default_factory=list)
     final_answer: str = ""
-    stop: Literal["answer", "max_turns", "error"] = "answer"
+    stop: Literal["answer", "max_turns", "error", "client_tools"] = "answer"
+    """`client_tools`: the model called a tool the *client* supplied; the episode pauses and
+    those calls (`client_calls`) go back to the client to run, OpenAI-style."""
     error: str | None = None
     latency_s: float = 0.0
+    tools_s: float = 0.0
+    """Wall time spent waiting on MCP calls (the calls of one turn overlap)."""
+    client_calls: list[ToolCall] = field(default_factory=list)
 
     @property
     def calls(self) -> list[ToolCall]:
         return [call for turn in self.turns for call in turn.calls]
+
+    @property
+    def model_s(self) -> float:
+        """Wall time spent waiting on the model server, all turns."""
+        return sum(turn.latency_s for turn in self.turns)
 
     @property
     def prompt_tokens(self) -> int:
@@ -123,6 +133,32 @@ class Trajectory:
     @property
     def completion_tokens(self) -> int:
         return sum(turn.completion_tokens for turn in self.turns)
+
+
+ToolChoice = Literal["auto", "none", "required"] | str
+"""OpenAI `tool_choice`: auto, none (answer without tools), required (call something), or
+the name of the one function the first turn must call."""
+
+AgentEvent = dict[str, Any]
+"""What an episode reports while it runs (`{"type": "tool_call" | "tool_result", ...}`), so a
+streaming client can show "calling get_current_weather..." as it happens."""
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeOptions:
+    """Per-request choices the front door passes into one episode."""
+
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    """Upstream sampling fields (temperature, top_p, max_tokens, stop, seed), sent as is."""
+    tool_choice: ToolChoice = "auto"
+    client_tools: Sequence[Message] = ()
+    """OpenAI function schemas the client runs itself; shown to the model beside the MCP
+    tools. Calls to them end the episode with `stop="client_tools"`."""
+    on_event: Callable[[AgentEvent], None] | None = None
+
+    @property
+    def client_tool_names(self) -> frozenset[str]:
+        return frozenset(str(t["function"]["name"]) for t in self.client_tools)
 
 
 class TransportError(Exception):

@@ -35,6 +35,8 @@ from serving.engine.worker import EngineWorker
 logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_CAP = 4096
+POLL_S = 0.5
+"""How often a waiting request checks that its caller is still connected."""
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
@@ -79,6 +81,32 @@ def split_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
             }
         )
     return text[: text.find("<tool_call>")].strip(), calls
+
+
+def forced_call_prefix(body: dict[str, Any]) -> str:
+    """What `tool_choice` makes the reply start with: `required` opens a hermes call, a named
+    function opens a call to it, so the model only chooses what follows (for a named one, the
+    arguments). `auto`/`none`/absent force nothing."""
+    choice = body.get("tool_choice")
+    if choice is None or choice in ("auto", "none"):
+        return ""
+    tools = body.get("tools")
+    names = {
+        t["function"]["name"]
+        for t in (tools if isinstance(tools, list) else [])
+        if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    }
+    if choice == "required":
+        if not names:
+            raise BadRequestError("tool_choice 'required' needs tools")
+        return "<tool_call>\n"
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise BadRequestError("tool_choice must be 'auto', 'none', 'required' or a named function")
+    if name not in names:
+        raise BadRequestError(f"tool_choice names {name!r}, which is not among the tools")
+    return '<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": '
 
 
 def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
@@ -175,8 +203,14 @@ class EngineServer:
         )
 
     async def _generate(
-        self, prompt: list[int], sampling: Sampling, prefix_hint: Sequence[int] | None
+        self,
+        prompt: list[int],
+        sampling: Sampling,
+        prefix_hint: Sequence[int] | None,
+        http: web.Request | None = None,
     ) -> Request:
+        """Generate on the worker; a caller that disconnects (a cancelled front-door episode)
+        cancels the request within `POLL_S`, so abandoned work stops taking engine rows."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Request] = loop.create_future()
 
@@ -189,8 +223,18 @@ class EngineServer:
 
         request = Request(prompt, sampling, on_finish=finished)
         self.handle.worker.submit(request, prefix_hint)
+        deadline = loop.time() + self.request_timeout_s
         try:
-            return await asyncio.wait_for(done, self.request_timeout_s)
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError
+                finished_in_time, _ = await asyncio.wait({done}, timeout=min(POLL_S, remaining))
+                if finished_in_time:
+                    return done.result()
+                transport = http.transport if http is not None else None
+                if http is not None and (transport is None or transport.is_closing()):
+                    raise asyncio.CancelledError  # the caller is gone
         except (TimeoutError, asyncio.CancelledError):
             request.cancelled = True  # the engine drops it at its next step
             raise
@@ -221,7 +265,7 @@ class EngineServer:
             sampling, stops = self._sampling(body), _stops(body)
             tokenizer = self.handle.tokenizer
             prompt = list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
-            request = await self._generate(prompt, sampling, None)
+            request = await self._generate(prompt, sampling, None, http)
         except BadRequestError as exc:
             return error(exc.status, exc.message)
         except TimeoutError:
@@ -240,8 +284,10 @@ class EngineServer:
             }
         )
 
-    def _render(self, body: dict[str, Any]) -> tuple[list[int], list[int] | None]:
+    def _render(self, body: dict[str, Any], forced: str = "") -> tuple[list[int], list[int] | None]:
         messages, tools = body.get("messages"), body.get("tools")
+        if body.get("tool_choice") == "none":
+            tools = None  # answer without tools: the model is not shown them
         if not isinstance(messages, list) or not messages:
             raise BadRequestError("messages must be a non-empty list")
         for index, message in enumerate(messages):
@@ -265,7 +311,7 @@ class EngineServer:
             raise BadRequestError(
                 f"the chat template cannot render these messages: {str(exc)[:200]}"
             ) from exc
-        prompt = list(tokenizer(str(text), add_special_tokens=False)["input_ids"])
+        prompt = list(tokenizer(str(text) + forced, add_special_tokens=False)["input_ids"])
         hint = None
         if system is not None:
             hint = list(tokenizer(str(system), add_special_tokens=False)["input_ids"])
@@ -276,9 +322,10 @@ class EngineServer:
             body = await self._body(http)
             if body.get("stream"):
                 raise BadRequestError("stream=true is not supported by this server")
-            prompt, hint = self._render(body)
+            forced = forced_call_prefix(body)
+            prompt, hint = self._render(body, forced)
             sampling, stops = self._sampling(body), _stops(body)
-            request = await self._generate(prompt, sampling, hint)
+            request = await self._generate(prompt, sampling, hint, http)
         except BadRequestError as exc:
             return error(exc.status, exc.message)
         except TimeoutError:
@@ -286,7 +333,7 @@ class EngineServer:
         if request.finish == "error":
             return error(400, request.error or "generation failed")
         text, finish = self._decode(request, stops)
-        content, calls = split_tool_calls(text)
+        content, calls = split_tool_calls(forced + text)
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls

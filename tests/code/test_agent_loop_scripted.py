@@ -28,6 +28,7 @@ class FakeTools:
     def __init__(self, delay: float = 0.0, fail_times: int = 0, error: bool = False) -> None:
         self.delay, self.fail_times, self.error = delay, fail_times, error
         self.calls: list[tuple[str, dict[str, Any], str | None]] = []
+        self.spans: list[tuple[float, float]] = []  # (start, end) of each call's work
 
     async def list_tools(self) -> list[dict[str, Any]]:
         return TOOLS
@@ -43,7 +44,10 @@ class FakeTools:
         if self.fail_times:
             self.fail_times -= 1
             raise ConnectionError("tool server down")
-        await asyncio.sleep(self.delay)
+        began = time.monotonic()
+        # later calls finish first, so in-order results cannot come from completion order
+        await asyncio.sleep(self.delay / (1 + int((arguments or {}).get("i", 0))))
+        self.spans.append((began, time.monotonic()))
         if self.error:
             return Reply("Error: city not found", True)
         return Reply(f"result of {arguments}")
@@ -74,9 +78,9 @@ def run(script: Any, tools: FakeTools, **config: Any) -> Any:
 
 def test_scripted_parallel_calls_run_concurrently_and_results_come_back_in_order() -> None:
     tools = FakeTools(delay=0.3)
-    started = time.perf_counter()
     trajectory = run(calls_then_answer(4), tools)
-    assert time.perf_counter() - started < 1.0  # 4 x 0.3 s sequentially would be 1.2 s
+    starts, ends = [s for s, _ in tools.spans], [e for _, e in tools.spans]
+    assert len(tools.spans) == 4 and max(starts) < min(ends)  # all four were in flight at once
     assert trajectory.stop == "answer" and trajectory.final_answer == "final answer"
     tool_messages = [m for m in trajectory.messages if m["role"] == "tool"]
     assert [m["content"] for m in tool_messages] == [f"result of {{'i': {i}}}" for i in range(4)]

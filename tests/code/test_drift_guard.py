@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +65,7 @@ def test_watcher_groups_samples_into_steps_and_fires_after_the_window(tmp_path: 
     assert watcher.summary()["last_malformed_rate"] == 1.0
 
 
+@pytest.mark.timeout(60)  # the child alone would run 100 s
 def test_supervise_stops_a_collapsing_run(tmp_path: Path) -> None:
     drift_dir = tmp_path / "drift"
     script = textwrap.dedent(f"""
@@ -77,10 +77,10 @@ def test_supervise_stops_a_collapsing_run(tmp_path: Path) -> None:
                 time.sleep(0.01)
     """)
     watcher = DriftWatcher(drift_dir, samples_per_step=5, threshold=0.5, window=3)
-    started = time.monotonic()
     summary = supervise([sys.executable, "-c", script], {}, watcher, poll_s=0.2)
     assert summary is not None and summary["steps_observed"] >= 3
-    assert time.monotonic() - started < 30
+    written = len((drift_dir / "w.jsonl").read_text().splitlines())
+    assert written < 10_000  # the child was stopped, not waited for
 
 
 def test_supervise_lets_a_healthy_run_finish_and_reports_failures(tmp_path: Path) -> None:

@@ -45,18 +45,24 @@ def test_final_validation_block_spread_over_prefixed_lines(summary: ModuleType) 
 
 
 @pytest.mark.parametrize(
-    "log",
+    ("log", "steps"),
     [
-        "",
-        "step:x - nothing:here",
-        "Final validation metrics: {'a': np.float64(",  # cut mid-write
-        "step:3 - timing_s/step:nan - perf/throughput:inf",
-        "\x00\xff garbage step:",
+        ("", {}),
+        ("step:x - nothing:here", {}),
+        ("Final validation metrics: {'a': np.float64(", {}),  # cut mid-write
+        ("step:3 - timing_s/step:nan - perf/throughput:inf", {3: {}}),  # non-finite dropped
+        ("\x00\xff garbage step:", {}),
+        (
+            "step:3 - timing_s/step:1.5 - junk - a:b\nstep:4 - timing_s/step:2.0",
+            {3: {"timing_s/step": 1.5}, 4: {"timing_s/step": 2.0}},  # the readable pieces
+        ),
     ],
 )
-def test_damaged_logs_give_partial_figures_not_a_crash(summary: ModuleType, log: str) -> None:
-    assert isinstance(summary.step_metrics(log), dict)
-    assert isinstance(summary.final_validation(log), dict)
+def test_damaged_logs_give_partial_figures_not_a_crash(
+    summary: ModuleType, log: str, steps: dict[int, dict[str, float]]
+) -> None:
+    assert summary.step_metrics(log) == steps
+    assert summary.final_validation(log) == {}
 
 
 def test_a_run_that_left_nothing_still_summarises(summary: ModuleType, tmp_path: Path) -> None:

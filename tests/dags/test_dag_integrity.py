@@ -1,12 +1,11 @@
-"""DAG folder integrity: imports cleanly and fast, no cycles, tags/owners/retries/timeouts,
-no connections, Variables or network touched at parse time."""
+"""DAG folder integrity: imports cleanly without heavy modules, no cycles,
+tags/owners/retries/timeouts, no connections, Variables or network touched at parse time."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +44,16 @@ def test_no_cycles(dagbag: Any) -> None:
         dag.check_cycle()
 
 
-def test_parsing_is_fast_and_light() -> None:
-    """Parse in a fresh interpreter; heavy libraries must not be imported at parse time."""
+def test_parsing_is_light() -> None:
+    """Parse in a fresh interpreter; heavy libraries must not be imported at parse time (the
+    parse time itself is a figure of benchmarks/bench_dag_parse.py, not a test)."""
     code = (
-        "import sys, time\n"
+        "import sys\n"
         f"sys.path[:0] = [{str(REPO / 'dags')!r}, {str(REPO / 'plugins')!r}]\n"
         "import airflow.sdk\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
-        "t = time.perf_counter()\n"
         f"bag = DagBag(dag_folder={str(REPO / 'dags')!r})\n"
-        "print(time.perf_counter() - t)\n"
+        "print(len(bag.dags), len(bag.import_errors))\n"
         "heavy = [m for m in ('torch', 'verl', 'great_expectations', 'mlflow', 'ray', 'trl',"
         " 'pandas') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
@@ -62,8 +61,8 @@ def test_parsing_is_fast_and_light() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     ).stdout.split("\n")
-    assert float(out[-3]) < 2.0
-    assert out[-2] == ""
+    assert out[-3] == "2 0"  # both DAGs parsed, no import errors
+    assert out[-2] == ""  # no heavy module imported
 
 
 def test_parsing_touches_no_network_connections_or_variables(
@@ -78,7 +77,6 @@ def test_parsing_touches_no_network_connections_or_variables(
     monkeypatch.setattr(socket.socket, "connect", forbidden)
     monkeypatch.setattr(BaseHook, "get_connection", forbidden)
     monkeypatch.setattr(Variable, "get", forbidden)
-    started = time.perf_counter()
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    assert time.perf_counter() - started < 10
+    assert set(bag.dags) == {"toolcall_dataset", "toolcall_retraining"}

@@ -4,12 +4,15 @@ Core objects validate against the Kubernetes OpenAPI schemas that `kubernetes-va
 (strict mode: unknown fields fail, as `kubectl apply --validate=strict` would). The KubeRay
 RayCluster is a custom resource whose schema that package lacks, so its pod templates are
 validated as core PodTemplates and its own fields against a strict model of KubeRay's v1 API;
-with KUBERAY_CRD pointing at KubeRay's `ray.io_rayclusters.yaml` the full CRD schema is used too.
+KubeRay's own CRD schema (v1.4.2, shipped in tests/infra/fixtures; KUBERAY_CRD=<path> checks
+another version) is used too.
 """
 
 from __future__ import annotations
 
 import copy
+import gzip
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -151,15 +154,29 @@ def _strict_crd_schema(schema: Any) -> Any:
     return schema
 
 
-def test_raycluster_validates_against_the_kuberay_crd_when_given_offline(
+KUBERAY_CRD_FIXTURE = (
+    Path(__file__).parent / "fixtures" / "kuberay-v1.4.2-ray.io_rayclusters.yaml.gz"
+)
+KUBERAY_CRD_SHA256 = "84af0b910190ef0875581b7433f9e33bc86086a04c2039dd743f965f00fb364b"
+
+
+def _kuberay_crd_text() -> str:
+    """KubeRay v1.4.2's RayCluster CRD as shipped in tests/infra/fixtures (source and
+    checksum in its README), or the file KUBERAY_CRD names (another KubeRay version)."""
+    override = os.environ.get("KUBERAY_CRD")
+    if override:
+        return Path(override).read_text(encoding="utf-8")
+    raw = gzip.decompress(KUBERAY_CRD_FIXTURE.read_bytes())
+    assert hashlib.sha256(raw).hexdigest() == KUBERAY_CRD_SHA256, "the CRD fixture changed"
+    return raw.decode("utf-8")
+
+
+def test_raycluster_validates_against_the_kuberay_crd_offline(
     k8s_documents: list[tuple[Path, dict[str, Any]]],
 ) -> None:
-    """Full check against KubeRay's CRD (not vendored here): set KUBERAY_CRD to a local copy of
-    ray-operator/config/crd/bases/ray.io_rayclusters.yaml (KubeRay >= 1.4)."""
-    crd_path = os.environ.get("KUBERAY_CRD")
-    if not crd_path:
-        pytest.skip("KUBERAY_CRD not set: the KubeRay CRD is not shipped with this repository")
-    crd = yaml.safe_load(Path(crd_path).read_text(encoding="utf-8"))
+    """The full check: KubeRay's own CRD schema, made strict (unknown fields fail)."""
+    crd = yaml.safe_load(_kuberay_crd_text())
+    assert crd["spec"]["names"]["kind"] == "RayCluster"
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     schema = _strict_crd_schema(version["schema"]["openAPIV3Schema"])
     errors = list(jsonschema.Draft7Validator(schema).iter_errors(_raycluster(k8s_documents)))

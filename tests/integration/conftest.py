@@ -78,8 +78,8 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
 
 @pytest.fixture(scope="session")
 def mlflow_s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """MLflow whose artifact store is S3 (a moto S3 server on loopback, through boto3);
-    yields (tracking URI, S3 endpoint)."""
+    """MLflow whose artifact store is S3 (moto's S3-compatible emulator server on loopback,
+    through boto3); yields (tracking URI, S3 endpoint)."""
     import boto3
     from moto.server import ThreadedMotoServer
 

@@ -1,4 +1,5 @@
-"""Checkpoint mirroring against a real S3 endpoint on loopback (moto's HTTP server)."""
+"""Checkpoint mirroring against an S3-compatible emulator server on loopback (moto's
+`ThreadedMotoServer`: real HTTP, boto3's real client and multipart protocol; not AWS)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,21 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
+    """moto's emulator's dummy credentials exist only while this module's tests run: set in a
+    MonkeyPatch context, so no later test (or code under test) sees them."""
     from moto.server import ThreadedMotoServer
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        port = free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.stop()
 
 
 @pytest.fixture

@@ -61,9 +61,11 @@ def test_environment_calls_the_server_one_session_per_rollout(runner: McpToolRun
 def test_bad_arguments_come_back_as_text_the_model_reads(runner: McpToolRunner) -> None:
     tools = environment_class(runner, runner.list_tools())()
     text = tools.get_exchange_rate(from_currency="dollars")  # type: ignore[attr-defined]
-    assert isinstance(text, str) and text  # the validator's message, not an exception
+    # the validator's message, as text the model reads, not an exception
+    assert "missing required argument 'to_currency'" in text
+    assert "'from_currency' is too long (7 characters, max 3)" in text
     unknown = tools.calculate_math(expresion="1+1")  # type: ignore[attr-defined]
-    assert isinstance(unknown, str) and "expression" in unknown
+    assert "unexpected argument 'expresion' (allowed: expression)" in unknown
 
 
 def test_unreachable_server_is_an_error_message_not_a_crash() -> None:

@@ -157,3 +157,44 @@ def test_hermes_calls_become_tool_calls_and_broken_ones_stay_text() -> None:
 def test_model_dir_path_is_unused_by_clients(tmp_path: Path) -> None:
     config = BackendConfig(backend="cpu", model_dir=tmp_path, port=9)
     assert config.request_model_name == "toolrl"
+
+
+def _chat(server: ModelServer, **fields: Any) -> dict[str, Any]:
+    body = {"model": "toolrl", "messages": MESSAGES, "max_tokens": 1, **fields}
+    status, reply = post(server, "/chat/completions", json.dumps(body).encode())
+    assert status == 200, reply
+    return reply
+
+
+def test_tool_choice_shapes_the_prompt_and_the_start_of_the_reply(server: ModelServer) -> None:
+    tools = get_catalog().openai_schemas()
+    auto = _chat(server, tools=tools)
+    none = _chat(server, tools=tools, tool_choice="none")
+    assert none["usage"]["prompt_tokens"] < auto["usage"]["prompt_tokens"]  # no tool list
+    named = _chat(
+        server,
+        tools=tools,
+        tool_choice={"type": "function", "function": {"name": "get_current_weather"}},
+    )
+    text = named["choices"][0]["message"]["content"]
+    # one generated token cannot finish the call, so the forced opening stays visible as text
+    assert text.startswith('<tool_call>\n{"name": "get_current_weather", "arguments": ')
+    assert named["usage"]["prompt_tokens"] > auto["usage"]["prompt_tokens"]  # the forced part
+    required = _chat(server, tools=tools, tool_choice="required")
+    assert required["choices"][0]["message"]["content"].startswith("<tool_call>\n")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tool_choice": "required"}, "needs tools"),
+        ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "not among"),
+        ({"tool_choice": 7}, "tool_choice must be"),
+    ],
+)
+def test_impossible_tool_choices_are_refused(
+    server: ModelServer, fields: dict[str, Any], message: str
+) -> None:
+    body = {"model": "toolrl", "messages": MESSAGES, **fields}
+    status, reply = post(server, "/chat/completions", json.dumps(body).encode())
+    assert status == 400 and message in reply["error"]["message"]

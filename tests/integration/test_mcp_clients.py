@@ -53,6 +53,20 @@ def expected(name: str) -> dict[str, Any]:
     raise KeyError(name)
 
 
+def assert_unauthorized(error: BaseException) -> None:
+    """The server's 401 reached the client as the SDK's MCPError, whether the SDK raised it
+    bare or inside its task group's ExceptionGroup: not some other failure."""
+    pending, messages = [error], []
+    while pending:
+        current = pending.pop()
+        if isinstance(current, MCPError):
+            messages.append(str(current))
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__,) if e is not None)
+    assert any("missing or invalid bearer token" in m for m in messages), repr(error)
+
+
 # --- official mcp client --------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_official_client_lists_and_calls_every_tool(server: RunningServer, mode: str) -> None:
@@ -85,9 +99,10 @@ def test_official_client_with_auth(auth_server: RunningServer) -> None:
             async with Client(transport) as client:
                 result = await client.call_tool("calculate_math", {"expression": "6*7"})
                 assert not result.is_error and result.structured_content["result"] == "42"
-        with pytest.raises(Exception):  # noqa: B017 (the SDK wraps 401 differently per era)
+        with pytest.raises((MCPError, ExceptionGroup)) as refused:
             async with Client(auth_server.url) as client:
                 await client.call_tool("calculate_math", {"expression": "6*7"})
+        assert_unauthorized(refused.value)
 
     asyncio.run(scenario())
 
@@ -116,9 +131,10 @@ def test_fastmcp_client_with_auth(auth_server: RunningServer) -> None:
         async with fastmcp.Client(auth_server.url, auth=TOKEN) as client:
             result = await client.call_tool("calculate_math", {"expression": "6*7"})
             assert result.structured_content == {"expression": "6*7", "result": "42"}
-        with pytest.raises(Exception):  # noqa: B017
+        with pytest.raises((MCPError, ExceptionGroup)) as refused:
             async with fastmcp.Client(auth_server.url, auth="wrong") as client:
                 await client.list_tools()
+        assert_unauthorized(refused.value)
 
     asyncio.run(scenario())
 

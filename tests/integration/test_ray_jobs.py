@@ -81,11 +81,10 @@ def test_unknown_job_has_no_status(ray_client: Any) -> None:
     assert get_status(ray_client, "toolrl-nothing-here-a1") is None
 
 
+@pytest.mark.timeout(60)  # a connect that retried forever would hang here
 def test_cluster_down_is_a_clear_retryable_error() -> None:
-    started = time.monotonic()
     with pytest.raises(RayUnavailableError, match="cannot reach the Ray Jobs API"):
         connect(f"http://127.0.0.1:{free_port()}")
-    assert time.monotonic() - started < 30
 
 
 def test_submission_ids_are_deterministic_and_safe() -> None:

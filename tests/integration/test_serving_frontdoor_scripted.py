@@ -16,13 +16,13 @@ from typing import Any
 
 import openai
 import pytest
-from aiohttp import web
 
 from serving.agent import Agent, ChatClient
-from serving.frontdoor.app import FrontDoorConfig, build_app
-from serving.launch.switch import Switchboard, Upstream
+from serving.frontdoor.app import FrontDoorConfig
+from serving.launch.switch import Upstream
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
+from testkit.frontdoor import Door, upstream_for
 from training.evaluation.scripted import Scripted, serve_in_thread
 from training.verl_bridge.client import McpHttpClient
 
@@ -39,57 +39,6 @@ def weather_script(label: str) -> Any:
         return Scripted(content=f"{label}: {results[-1]['content'][:80]}")
 
     return reply
-
-
-class Door:
-    """The front door app on its own event loop thread."""
-
-    def __init__(self, config: FrontDoorConfig) -> None:
-        self.config = config
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.switchboard: Switchboard | None = None
-        self.runner: web.AppRunner | None = None
-        self.url = ""
-
-    def call(self, coro: Any, timeout: float = 60) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def open(self, upstream: Upstream) -> str:
-        async def go() -> str:
-            self.switchboard = Switchboard(upstream, drain_timeout_s=30)
-            self.runner = web.AppRunner(build_app(self.switchboard, self.config))
-            await self.runner.setup()
-            await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-            return f"http://127.0.0.1:{self.runner.addresses[0][1]}/v1"
-
-        self.url = self.call(go())
-        return self.url
-
-    def close(self) -> None:
-        async def go() -> None:
-            if self.runner is not None:
-                await self.runner.cleanup()
-            if self.switchboard is not None:
-                await self.switchboard.current.stop()
-
-        self.call(go())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-def upstream_for(url: str, mcp_url: str, version: str, on_stop: Any = None) -> Upstream:
-    chat = ChatClient(url, "scripted")
-    tools = McpHttpClient(mcp_url)
-
-    async def stop() -> None:
-        await chat.close()
-        await tools.close()
-        if on_stop is not None:
-            await asyncio.to_thread(on_stop)
-
-    return Upstream(version=version, agent=Agent(chat, tools), stop=stop)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +97,7 @@ def raw_post(url: str, body: bytes, key: str | None = KEY) -> tuple[int, dict[st
         (b'{"messages": [{"role": "wizard", "content": "x"}]}', 400, "needs a role"),
         (b'{"messages": [{"role": "user", "content": {"a": 1}}]}', 400, "must be a string"),
         (b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', 400, "text"),
-        (b'{"messages": [{"role": "user", "content": "x"}], "stream": true}', 400, "stream"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', 400, "stream"),
         (b'{"messages": [{"role": "assistant", "content": "x"}]}', 400, "last message"),
         (b'{"messages": [{"role": "assistant", "content": "", "tool_calls": [5]},'
          b' {"role": "user", "content": "x"}]}', 400, "function.name"),
@@ -241,26 +190,40 @@ def test_scripted_reload_switches_without_failed_requests(mcp: RunningServer) ->
 
 
 def test_scripted_capacity_and_deadline_give_429_and_504(mcp: RunningServer) -> None:
-    def slow(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
-        time.sleep(0.8)
+    """Ordered by events, not by sleeps: the first request holds the only slot (its model call
+    blocks until released), then two more find the slot taken and are refused after the
+    queue timeout; the first is cut off by the request deadline."""
+    entered, release = threading.Event(), threading.Event()
+
+    def held(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
+        entered.set()
+        release.wait(30)
         return Scripted(content="late")
 
-    with serve_in_thread(slow) as backend:
-        front = Door(FrontDoorConfig(max_concurrent=1, queue_timeout_s=0.2, request_timeout_s=0.5))
+    with serve_in_thread(held) as backend:
+        front = Door(FrontDoorConfig(max_concurrent=1, queue_timeout_s=0.2, request_timeout_s=4))
         url = front.open(upstream_for(backend, mcp.url, "1"))
+        body = b'{"messages": [{"role": "user", "content": "x"}]}'
+        statuses: dict[str, int] = {}
+
+        def post(name: str) -> threading.Thread:
+            thread = threading.Thread(
+                target=lambda: statuses.__setitem__(name, raw_post(url, body, None)[0])
+            )
+            thread.start()
+            return thread
+
         try:
-            body = b'{"messages": [{"role": "user", "content": "x"}]}'
-            results: list[int] = []
-            threads = [
-                threading.Thread(target=lambda: results.append(raw_post(url, body, None)[0]))
-                for _ in range(3)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
+            first = post("first")
+            assert entered.wait(30), "the first request never reached the model"
+            queued = [post("second"), post("third")]
+            for thread in queued:
                 thread.join(30)
-            assert sorted(results) == [429, 429, 504]
+            assert (statuses["second"], statuses["third"]) == (429, 429)  # the slot was taken
+            first.join(30)
+            assert statuses["first"] == 504  # the deadline, while the model still ran
         finally:
+            release.set()
             front.close()
 
 

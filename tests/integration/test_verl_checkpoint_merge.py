@@ -1,8 +1,9 @@
 """After verl exits, the entry trusts only marked steps, merges the final one and writes the
 result. Here verl's own FSDP checkpoint manager writes the steps (FSDP2 over gloo on CPU, as
 its GPU engine does over NCCL), verl's trainer hook marks them, and `verl.model_merger` turns
-the last into a Hugging Face directory whose weights are the trained ones. The H200 smoke run
-saved two steps but never reached the merge: the marker was missing."""
+the last into a Hugging Face directory whose weights are the trained ones (one optimizer
+step moved them away from the base model's, so a merge that copied the base would fail).
+The H200 smoke run saved two steps but never reached the merge: the marker was missing."""
 
 from __future__ import annotations
 
@@ -92,11 +93,14 @@ def test_final_marked_step_is_merged_to_hugging_face_weights(tmp_path: Path) -> 
     assert result.message == ""
     assert result.merged_model_dir == str(tmp_path / "merged")
     merged = AutoModelForCausalLM.from_pretrained(result.merged_model_dir, dtype=torch.bfloat16)
-    trained = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    expected = {k: v.to(torch.bfloat16) for k, v in trained.state_dict().items()}
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).state_dict()
+    saved = torch.load(run_dir / step_dir_name(2) / "trained_state.pt", weights_only=True)
+    expected = {k: v.to(torch.bfloat16) for k, v in saved.items()}  # verl merges to bf16
     got = merged.state_dict()
     assert expected.keys() == got.keys()
-    assert all(torch.equal(expected[k], got[k]) for k in expected)  # verl merges to bf16
+    assert all(torch.equal(expected[k], got[k]) for k in expected), "merge != trained weights"
+    changed = [k for k in expected if not torch.equal(base[k], got[k])]
+    assert len(changed) > len(expected) // 2, "the merge looks like the base model"
 
 
 def test_steps_saved_without_a_marker_are_neither_final_nor_merged(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """Write a verl actor checkpoint the way verl's FSDP engine does, on CPU: the model wrapped
-with FSDP2 (`fully_shard`) over a one-rank gloo group and saved by verl's own
-`FSDPCheckpointManager`. Runs as its own process (a process group per test run).
+with FSDP2 (`fully_shard`) over a one-rank gloo group, trained for one optimizer step (so
+its weights differ from the base model's), and saved by verl's own `FSDPCheckpointManager`.
+The trained weights are also written, gathered, to `STEP_DIR/trained_state.pt` so a test
+can compare the merge against them. Runs as its own process (a process group per run).
 
     python tests/testkit/verl_fsdp_save.py MODEL_DIR STEP_DIR PORT
 """
@@ -29,10 +31,21 @@ def save(model_dir: Path, step_dir: Path, port: int) -> None:
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        torch.manual_seed(0)
+        ids = torch.randint(0, model.config.vocab_size, (2, 16))
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        trained = {
+            name: (value.full_tensor() if hasattr(value, "full_tensor") else value).detach()
+            for name, value in model.state_dict().items()
+        }
+        step_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(trained, step_dir / "trained_state.pt")
         contents = ["model", "optimizer", "extra"]
         manager = FSDPCheckpointManager(
             model=model,
-            optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3),
+            optimizer=optimizer,
             lr_scheduler=None,
             processing_class=AutoTokenizer.from_pretrained(model_dir),
             checkpoint_config=OmegaConf.create(

@@ -124,8 +124,9 @@ def export_model(source: Path, target: Path) -> Path:
     return target
 
 
-def release_memory() -> float:
-    """Free what a finished phase left behind and return the process's peak RSS so far (GiB).
+def release_memory(resident: dict[str, float] | None = None, phase: str = "") -> float:
+    """Free what a finished phase left behind and return the process's peak RSS so far (GiB);
+    `resident[phase]` gets what stays resident after the trim.
 
     Each phase (SFT, GRPO, an eval) builds its own model, optimizer and caches; once it
     returns they are garbage, but glibc keeps the freed pages in its arenas, so without a
@@ -137,14 +138,23 @@ def release_memory() -> float:
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+    status = _proc_status_gib(("VmHWM:", "VmRSS:"))
+    if resident is not None and phase:
+        resident[phase] = status.get("VmRSS:", 0.0)
+    return status.get("VmHWM:", 0.0)
+
+
+def _proc_status_gib(keys: tuple[str, ...]) -> dict[str, float]:
+    found: dict[str, float] = {}
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024**2, 2)
+                key = line.split(maxsplit=1)[0] if line.strip() else ""
+                if key in keys:
+                    found[key] = round(int(line.split()[1]) / 1024**2, 2)
     except OSError:
         pass
-    return 0.0
+    return found
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -198,15 +208,16 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         evals["before"] = quick_eval(
             spec, base, rows, schemas, runner, run_dir / "eval_before.json"
         )
-        peaks: dict[str, float] = {"before": release_memory()}
+        resident: dict[str, float] = {}
+        peaks: dict[str, float] = {"before": release_memory(resident, "before")}
         sft = run_sft(spec, base, train_file, run_dir, schemas, [LogCallback(tracker, "train/sft")])
         timings["sft_s"] = sft.seconds
-        peaks["sft"] = release_memory()
+        peaks["sft"] = release_memory(resident, "sft")
         if sft.model_dir != base:  # no SFT ran (continuing from a champion): nothing new
             evals["sft"] = quick_eval(
                 spec, sft.model_dir, rows, schemas, runner, run_dir / "eval_sft.json"
             )
-            release_memory()
+            release_memory(resident, "eval_sft")
         grpo = run_grpo(
             spec,
             sft.model_dir,
@@ -217,7 +228,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             [LogCallback(tracker, "train")],
         )
         timings["grpo_s"] = grpo.seconds
-        peaks["grpo"] = release_memory()
+        peaks["grpo"] = release_memory(resident, "grpo")
         evals["grpo"] = quick_eval(
             spec, grpo.model_dir, rows, schemas, runner, run_dir / "eval_grpo.json"
         )
@@ -280,6 +291,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             },
             "timings": timings,
             "peak_rss_gib": peaks,
+            "resident_after_gib": resident,
             "metrics": metrics,
             "evals": {k: {x: y for x, y in v.items() if x != "examples"} for k, v in evals.items()},
         }

@@ -98,8 +98,13 @@ def _messages_from_prompt(prompt: str) -> list[Message]:
     return messages
 
 
-def build_app(script: Script, usage: tuple[int, int] = (100, 20)) -> web.Application:
-    """The aiohttp app serving `script`; `usage` is the (prompt, completion) tokens claimed."""
+def build_app(
+    script: Script,
+    usage: tuple[int, int] = (100, 20),
+    received: list[dict[str, Any]] | None = None,
+) -> web.Application:
+    """The aiohttp app serving `script`; `usage` is the (prompt, completion) tokens claimed;
+    `received`, when given, collects every chat request body (what a client really sent)."""
     counter = iter(range(1 << 62))
 
     def usage_block() -> dict[str, int]:
@@ -107,6 +112,8 @@ def build_app(script: Script, usage: tuple[int, int] = (100, 20)) -> web.Applica
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
+        if received is not None:
+            received.append(body)
         reply = script(body.get("messages", []), body.get("tools") or [])
         if reply.status != 200 or reply.body is not None:
             return web.Response(status=reply.status, text=reply.body or "{}")
@@ -156,14 +163,16 @@ def build_app(script: Script, usage: tuple[int, int] = (100, 20)) -> web.Applica
 
 
 @contextmanager
-def serve_in_thread(script: Script, port: int = 0) -> Iterator[str]:
+def serve_in_thread(
+    script: Script, port: int = 0, received: list[dict[str, Any]] | None = None
+) -> Iterator[str]:
     """Run the scripted server on 127.0.0.1 in a background thread; yields the `/v1` URL."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     holder: dict[str, Any] = {}
 
     async def start() -> None:
-        runner = web.AppRunner(build_app(script), access_log=None)
+        runner = web.AppRunner(build_app(script, received=received), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", port)
         await site.start()

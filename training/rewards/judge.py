@@ -48,6 +48,8 @@ class JudgeStats:
     retries: int = 0
     fallbacks: int = 0
     failures: dict[str, int] = field(default_factory=dict)
+    #: Seconds waited before each retry, in order: the backoff schedule as it ran.
+    backoff_waits: list[float] = field(default_factory=list)
 
     def count_failure(self, reason: str) -> None:
         self.failures[reason] = self.failures.get(reason, 0) + 1
@@ -257,6 +259,7 @@ class GroupJudge:
                 if attempt == self.config.max_retries:
                     raise JudgeReplyError(f"judge failed after {attempt + 1} tries: {reason}")
                 self.stats.retries += 1
+                self.stats.backoff_waits.append(delay)
                 await asyncio.sleep(delay)
                 delay *= 2
         if self.config.cache_size:

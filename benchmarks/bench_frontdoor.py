@@ -1,0 +1,256 @@
+"""Benchmark: the front door under load, on the demo's champion served by the CPU engine.
+
+What a platform engineer asks before pointing clients at the endpoint: how many requests a
+second it holds, how long until the first token and the whole reply, whether anything
+fails, and what a champion reload mid-traffic costs. Setup, all on loopback: an MLflow
+server over a *copy* of the demo's registry (`runs/demo/mlflow`, so the demo is untouched),
+the real-mode MCP server, and `toolrl serve --backend cpu` (engine server + front door,
+champion watch every 2 s). Each of `--clients` streaming clients asks the demo question in
+a loop (the episode: the model calls `get_current_weather`, the real tool runs, the model
+answers) for `--seconds`:
+
+1. steady load;
+2. the same load with a new champion promoted halfway (a second registered version of the
+   same weights): blue/green reload, the old backend drained;
+
+The front door's own cost is measured in the same requests, against the model server: each
+reply's `toolrl.timings` says how long the episode waited on the model and the tools, so
+`client latency - model_s - tools_s` is what the front door and the agent loop add.
+
+Prints the figures and writes benchmarks/results/frontdoor.json. Run alone (2 cores), after
+`make demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).parent / "results" / "frontdoor.json"
+QUESTION = "What's the weather like in Paris right now?"
+OVERHEAD_TARGET_MS = 5.0
+
+
+@dataclass
+class Sample:
+    started: float
+    first_token_s: float | None = None
+    total_s: float | None = None
+    error: str | None = None
+    model_s: float = 0.0
+    tools_s: float = 0.0
+    episode_s: float = 0.0
+
+
+@dataclass
+class Load:
+    samples: list[Sample] = field(default_factory=list)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def one_request(http: Any, url: str, model: str) -> Sample:
+    """One streamed chat; first token = the first content delta of the answer."""
+    sample = Sample(started=time.perf_counter())
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    try:
+        async with http.post(f"{url}/chat/completions", json=body) as response:
+            if response.status != 200:
+                sample.error = f"HTTP {response.status}: {(await response.text())[:200]}"
+                return sample
+            async for raw in response.content:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    sample.error = str(chunk["error"].get("message"))[:200]
+                    break
+                choices = chunk.get("choices") or []
+                delta = choices[0].get("delta", {}) if choices else {}
+                if delta.get("content") and sample.first_token_s is None:
+                    sample.first_token_s = time.perf_counter() - sample.started
+                timings = (chunk.get("toolrl") or {}).get("timings")
+                if timings:
+                    sample.model_s, sample.tools_s = timings["model_s"], timings["tools_s"]
+                    sample.episode_s = timings["episode_s"]
+        sample.total_s = time.perf_counter() - sample.started
+    except Exception as exc:  # a failed request is a figure, not a crash
+        sample.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return sample
+
+
+async def run_load(
+    url: str, model: str, clients: int, seconds: float, midway: Any = None
+) -> tuple[Load, float]:
+    import aiohttp
+
+    load = Load()
+    stop_at = time.perf_counter() + seconds
+    timeout = aiohttp.ClientTimeout(total=600)
+    connector = aiohttp.TCPConnector(limit=clients + 4)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+
+        async def client() -> None:
+            while time.perf_counter() < stop_at:
+                load.samples.append(await one_request(http, url, model))
+
+        async def trigger() -> None:
+            await asyncio.sleep(seconds / 2)
+            if midway is not None:
+                await asyncio.to_thread(midway)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)), trigger())
+        wall = time.perf_counter() - started
+    return load, wall
+
+
+def summarise(load: Load, wall_s: float) -> dict[str, Any]:
+    done = [s for s in load.samples if s.error is None and s.total_s is not None]
+    failed = [s for s in load.samples if s.error is not None]
+    ttft = [s.first_token_s for s in done if s.first_token_s is not None]
+    total = [s.total_s for s in done if s.total_s is not None]
+    overhead_ms = [1000 * (s.total_s - s.model_s - s.tools_s) for s in done if s.total_s]
+    door_ms = [1000 * (s.total_s - s.episode_s) for s in done if s.total_s]
+
+    def ms(values: list[float], q: float) -> float | None:
+        value = percentile(values, q)
+        return None if value is None else round(1000 * value, 1)
+
+    return {
+        "requests": len(load.samples),
+        "succeeded": len(done),
+        "failed": len(failed),
+        "failures": sorted({s.error or "" for s in failed})[:5],
+        "wall_s": round(wall_s, 1),
+        "requests_per_s": round(len(done) / wall_s, 3),
+        "ttft_ms_p50": ms(ttft, 0.5),
+        "ttft_ms_p99": ms(ttft, 0.99),
+        "latency_ms_p50": ms(total, 0.5),
+        "latency_ms_p99": ms(total, 0.99),
+        "model_s_mean": round(statistics.fmean(s.model_s for s in done), 3) if done else None,
+        "overhead_vs_model_server_ms_p50": round(percentile(overhead_ms, 0.5) or 0.0, 1),
+        "overhead_vs_model_server_ms_p99": round(percentile(overhead_ms, 0.99) or 0.0, 1),
+        "front_door_only_ms_p50": round(percentile(door_ms, 0.5) or 0.0, 1),
+    }
+
+
+def promote_a_new_version(tracking_uri: str, name: str, cache: Path) -> str:
+    """A second version of the champion's weights, promoted: what a retraining run does."""
+    from training.registry.registry import Lineage, download, promote, register_candidate, resolve
+
+    champion = resolve(tracking_uri, f"models:/{name}@champion")
+    model_dir = download(tracking_uri, champion, cache)
+    lineage = Lineage(
+        run_key=f"bench-reload-{int(time.time())}",
+        dataset_version=champion.tags.get("toolrl.dataset_version", "bench"),
+        parent_version=champion.version,
+    )
+    candidate = register_candidate(tracking_uri, name, model_dir, lineage)
+    promote(tracking_uri, name, candidate.version)
+    return candidate.version
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "demo")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    from training.demo.run import BIN, MODEL_NAME, mcp_service, mlflow_service
+    from training.demo.services import ManagedService, free_port, service_stack
+
+    registry = args.workdir / "mlflow"
+    if not (registry / "mlflow.db").is_file():
+        raise SystemExit(f"no demo registry at {registry}: run `make demo` first")
+    scratch = Path(tempfile.mkdtemp(prefix="toolrl-bench-frontdoor-"))
+    shutil.copytree(registry, scratch / "mlflow")
+    ports = {k: free_port() for k in ("mlflow", "mcp", "frontdoor")}
+    tracking_uri = f"http://127.0.0.1:{ports['mlflow']}"
+    env = {
+        "MLFLOW_TRACKING_URI": tracking_uri,
+        "TOOLRL_MODEL_NAME": MODEL_NAME,
+        "TOOLRL_MCP_URL": f"http://127.0.0.1:{ports['mcp']}/mcp",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
+    logs = scratch / "logs"
+    url = f"http://127.0.0.1:{ports['frontdoor']}/v1"
+    result: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "question": QUESTION,
+    }
+    with service_stack() as stack:
+        stack.start(mlflow_service(scratch / "mlflow", ports["mlflow"], logs / "mlflow.log", env))
+        stack.start(mcp_service("real", ports["mcp"], logs / "mcp.log", env))
+        command = [str(BIN / "toolrl"), "serve", "--backend", "cpu", "--port"]
+        command += [str(ports["frontdoor"]), "--watch-interval", "2", "--max-tokens", "128"]
+        command += ["--cache-dir", str(scratch / "serving")]
+        stack.start(
+            ManagedService(
+                "toolrl serve (CPU engine + front door)",
+                command,
+                f"http://127.0.0.1:{ports['frontdoor']}/health",
+                logs / "serving.log",
+                env,
+                start_timeout_s=600,
+            )
+        )
+        print(f"front door at {url}; {args.clients} streaming clients x {args.seconds:.0f} s")
+        load, wall = asyncio.run(run_load(url, MODEL_NAME, args.clients, args.seconds))
+        result["steady"] = summarise(load, wall)
+        print("steady:", json.dumps(result["steady"]), flush=True)
+
+        promoted: dict[str, str] = {}
+
+        def midway() -> None:
+            promoted["version"] = promote_a_new_version(tracking_uri, MODEL_NAME, scratch / "v2")
+            print(f"  promoted version {promoted['version']} mid-run", flush=True)
+
+        load, wall = asyncio.run(
+            run_load(url, MODEL_NAME, args.clients, args.seconds, midway=midway)
+        )
+        result["with_reload"] = summarise(load, wall)
+        result["with_reload"]["promoted_version"] = promoted.get("version")
+        print("with reload:", json.dumps(result["with_reload"]), flush=True)
+    overhead = result["steady"]["overhead_vs_model_server_ms_p50"]
+    result["targets"] = {
+        "failed_steady": {"target": 0, "measured": result["steady"]["failed"]},
+        "failed_with_reload": {"target": 0, "measured": result["with_reload"]["failed"]},
+        "overhead_ms_p50": {"target": OVERHEAD_TARGET_MS, "measured": overhead},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""`stream=true`: one episode as OpenAI chat-completion chunks over server-sent events.
+
+The stream opens with the assistant role, reports each server-side MCP call as it starts and
+ends (chunks with no choices and a `toolrl.event`, which OpenAI clients pass through as an
+extra field, so a UI can show "calling get_current_weather..."), then the answer, the
+finish reason with the `toolrl` trace, the usage chunk when `stream_options.include_usage`
+asks for it, and `data: [DONE]`. The answer arrives as one content chunk: the upstream
+model servers are called without streaming, because each turn must be complete before its
+tool calls can run.
+
+Failure never leaves a hung connection: a timeout or an upstream failure after the stream
+started ends it with an `error` event (what the OpenAI SDKs raise as `APIError`) and
+`[DONE]`; a client that goes away is noticed within `POLL_S` and its episode is cancelled,
+which closes the episode's upstream requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from serving.agent import Agent, AgentEvent, EpisodeOptions, Trajectory
+from serving.frontdoor.replies import client_tool_calls, finish_reason, trace, usage
+from serving.frontdoor.request import ChatRequest
+
+POLL_S = 0.5
+"""How often a quiet stream checks that its client is still connected."""
+KEEPALIVE_S = 15.0
+"""An SSE comment this often keeps proxies from closing a quiet stream."""
+
+
+class ClientGoneError(Exception):
+    """The client closed the connection; the episode is cancelled."""
+
+
+class Episode:
+    """One request's agent run, with the events it reports while running."""
+
+    def __init__(self, agent: Agent, request: ChatRequest, session: str, deadline_s: float):
+        self.agent, self.request, self.session, self.deadline_s = (
+            agent,
+            request,
+            session,
+            deadline_s,
+        )
+        self.events: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        self.options = EpisodeOptions(
+            sampling=request.sampling,
+            tool_choice=request.tool_choice,
+            client_tools=request.client_tools,
+            on_event=self.events.put_nowait,
+        )
+
+    async def run(self) -> Trajectory:
+        """The trajectory; TimeoutError after the deadline (the episode is cancelled)."""
+        return await asyncio.wait_for(
+            self.agent.run(self.request.messages, session=self.session, options=self.options),
+            self.deadline_s,
+        )
+
+
+class ChunkWriter:
+    """Server-sent events in OpenAI's chunk format, on one prepared response."""
+
+    def __init__(self, http: web.Request, response: web.StreamResponse, model: str) -> None:
+        self.http, self.response, self.model = http, response, model
+        self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+
+    def client_gone(self) -> bool:
+        transport = self.http.transport
+        return transport is None or transport.is_closing()
+
+    async def data(self, payload: dict[str, Any] | str) -> None:
+        text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+        await self.write(f"data: {text}\n\n")
+
+    async def write(self, text: str) -> None:
+        if self.client_gone():
+            raise ClientGoneError
+        try:
+            await self.response.write(text.encode("utf-8"))
+        except (ConnectionResetError, ConnectionError) as exc:
+            raise ClientGoneError from exc
+
+    async def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> None:
+        await self.data(
+            {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": choices,
+                **extra,
+            }
+        )
+
+    async def delta(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
+        await self.chunk([{"index": 0, "delta": delta, "finish_reason": finish}], **extra)
+
+    async def error(self, status: int, message: str, kind: str) -> None:
+        await self.data({"error": {"message": message, "type": kind, "code": status}})
+
+
+async def _relay_events(
+    episode: Episode, task: asyncio.Future[Trajectory], out: ChunkWriter
+) -> None:
+    """Forward the episode's events until it ends; notice a departed client while quiet."""
+    quiet_since = time.monotonic()
+    while not task.done():
+        getter: asyncio.Future[Any] = asyncio.ensure_future(episode.events.get())
+        waiting: set[asyncio.Future[Any]] = {task, getter}
+        done, _ = await asyncio.wait(waiting, timeout=POLL_S, return_when="FIRST_COMPLETED")
+        if getter in done:
+            await out.chunk([], toolrl={"event": getter.result()})
+            quiet_since = time.monotonic()
+            continue
+        getter.cancel()
+        if out.client_gone():
+            raise ClientGoneError
+        if time.monotonic() - quiet_since > KEEPALIVE_S:
+            await out.write(": keep-alive\n\n")
+            quiet_since = time.monotonic()
+    while not episode.events.empty():
+        await out.chunk([], toolrl={"event": episode.events.get_nowait()})
+
+
+async def _finish(trajectory: Trajectory, out: ChunkWriter, version: str, with_usage: bool) -> None:
+    if trajectory.error is not None:
+        await out.error(502, f"upstream failure: {trajectory.error}", "upstream_error")
+        return
+    delta: dict[str, Any] = {}
+    if trajectory.final_answer:
+        delta["content"] = trajectory.final_answer
+    if trajectory.client_calls:
+        delta["tool_calls"] = [
+            {"index": i, **call} for i, call in enumerate(client_tool_calls(trajectory))
+        ]
+    if delta:
+        await out.delta(delta)
+    await out.delta({}, finish_reason(trajectory), toolrl=trace(trajectory, version))
+    if with_usage:
+        await out.chunk([], usage=usage(trajectory))
+
+
+async def stream_episode(
+    http: web.Request, episode: Episode, model: str, version: str
+) -> web.StreamResponse:
+    """Run `episode`, streaming it to the client; returns when the stream is closed."""
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(http)
+    out = ChunkWriter(http, response, model)
+    task = asyncio.ensure_future(episode.run())
+    try:
+        await out.delta({"role": "assistant", "content": ""})
+        await _relay_events(episode, task, out)
+        try:
+            trajectory = task.result()
+        except TimeoutError:
+            await out.error(504, "the agent did not finish in time", "timeout")
+        else:
+            await _finish(trajectory, out, version, episode.request.include_usage)
+        await out.data("[DONE]")
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+    except ClientGoneError:
+        pass  # nobody is listening; the finally below stops the work
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    return response
