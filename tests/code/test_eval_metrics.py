@@ -80,3 +80,35 @@ def test_html_report_escapes_everything_from_the_model_and_the_data() -> None:
     )  # fmt: skip
     page = render_html(report)
     assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_html_report_gives_each_headline_rate_its_cases_and_a_90_percent_interval() -> None:
+    from training.evaluation.report import rate_denominators, wilson_interval
+
+    metrics = {
+        "overall": {"cases": 96, "pass_rate": 0.395833, "tool_selection_accuracy": 0.619048},
+        "by_category": {
+            "single": {"cases": 30},
+            "parallel": {"cases": 16},
+            "multi_step": {"cases": 38},
+            "irrelevance": {"cases": 7},
+            "clarification": {"cases": 5},
+        },
+    }
+    counts = rate_denominators(metrics)
+    assert (counts["pass_rate"], counts["tool_selection_accuracy"]) == (96, 84)
+    assert (counts["irrelevance_accuracy"], counts["clarification_accuracy"]) == (7, 5)
+    low, high = wilson_interval(0.395833, 96)
+    assert 0.31 < low < 0.32 and 0.47 < high < 0.49  # about +-8 points at 96 cases
+    assert wilson_interval(0.0, 5) == (0.0, pytest.approx(0.351, abs=1e-3))
+    assert wilson_interval(0.5, 0) == (0.0, 1.0)
+    report = EvalReport(
+        created_at="now",
+        source=EvalSource(endpoint="e", model="m", mode="chat", data_path="d",
+                          data_sha256="x", max_turns=1),
+        cases_total=96,
+        metrics=metrics,
+    )  # fmt: skip
+    page = render_html(report)
+    assert f"0.396 [{low:.2f}, {high:.2f}] of 96" in page
+    assert "of 84" in page

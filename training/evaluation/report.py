@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,11 +121,41 @@ def load_report(path: Path) -> EvalReport:
         raise ReportError(f"{path}: invalid report at {where}: {first['msg']}") from exc
 
 
-def _bars(title: str, values: dict[str, float | None]) -> str:
+def wilson_interval(rate: float, n: int, z: float = 1.645) -> tuple[float, float]:
+    """The 90% Wilson score interval of a rate over `n` cases: what a reader needs to tell
+    a difference from sampling noise (96 cases move a rate by about +-8 points)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def rate_denominators(metrics: dict[str, Any]) -> dict[str, int]:
+    """How many cases each per-case headline rate is over (per-call rates are left out)."""
+    overall, by_category = metrics.get("overall", {}), metrics.get("by_category", {})
+
+    def cases(*categories: str) -> int:
+        return sum(int(by_category.get(c, {}).get("cases", 0) or 0) for c in categories)
+
+    total, tool_cases = int(overall.get("cases", 0) or 0), cases("single", "parallel", "multi_step")
+    return {
+        "pass_rate": total,
+        "tool_call_rate": total,
+        "error_rate": total,
+        "tool_selection_accuracy": tool_cases,
+        "exact_call_accuracy": tool_cases,
+        "answer_accuracy": tool_cases,
+        "irrelevance_accuracy": cases("irrelevance"),
+        "clarification_accuracy": cases("clarification"),
+    }
+
+
+def _bars(title: str, values: dict[str, float | None], counts: dict[str, int] | None = None) -> str:
     rows = [(k, v) for k, v in values.items() if isinstance(v, int | float)]
     height = 22 * len(rows) + 30
     parts = [
-        f'<svg width="640" height="{height}" role="img" aria-label="{html.escape(title)}">',
+        f'<svg width="820" height="{height}" role="img" aria-label="{html.escape(title)}">',
         f'<text x="0" y="16" font-weight="bold">{html.escape(title)}</text>',
     ]
     for i, (label, value) in enumerate(rows):
@@ -133,10 +164,18 @@ def _bars(title: str, values: dict[str, float | None]) -> str:
         parts.append(
             f'<text x="0" y="{y + 13}" font-size="12">{html.escape(label)}</text>'
             f'<rect x="220" y="{y}" width="{width:.1f}" height="16" fill="#4a7ebb"/>'
-            f'<text x="{226 + width:.1f}" y="{y + 13}" font-size="12">{float(value):.3f}</text>'
+            f'<text x="{226 + width:.1f}" y="{y + 13}" font-size="12">{float(value):.3f}'
+            f"{_interval_label(float(value), (counts or {}).get(label, 0))}</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _interval_label(value: float, n: int) -> str:
+    if n <= 0:
+        return ""
+    low, high = wilson_interval(value, n)
+    return f" [{low:.2f}, {high:.2f}] of {n}"
 
 
 def _table(rows: dict[str, dict[str, Any]], columns: list[str]) -> str:
@@ -171,7 +210,11 @@ def render_html(report: EvalReport, figures: Sequence[Path] = ()) -> str:
     src = report.source
     kinds = overall.get("malformed_by_kind")
     charts = [
-        _bars("Overall", {k: overall.get(k) for k in _RATES}),
+        _bars(
+            "Overall (90% interval, cases)",
+            {k: overall.get(k) for k in _RATES},
+            rate_denominators(report.metrics),
+        ),
         _bars("Pass rate by category", {c: m.get("pass_rate") for c, m in by_category.items()}),
         _bars(
             "Argument accuracy by tool",
