@@ -4,6 +4,9 @@ Row-level facts that need project code (the ground truth re-computes by executin
 tools, arguments pass the catalog's validator, no train/test overlap, ...) are computed into
 check columns first; great-expectations then asserts on those columns and on the raw ones,
 so every check appears in one suite, one result and one Data Docs report.
+
+The results are also written as `validation/index.html` (`validation_page.py`), the page to
+open: great-expectations' Data Docs need the network for their scripts, this page does not.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from training.data.schema import (
     GroundTruth,
 )
 from training.data.tokens import prompt_tokens
+from training.data.validation_page import page_path, write_validation_page
 
 SPLITS = ("train", "test")
 SUITE_NAME = "toolrl_dataset"
@@ -45,6 +49,12 @@ class CheckResult:
     success: bool
     detail: str = ""
     examples: list[str] = field(default_factory=list)
+    # For great-expectations checks, the result as it came (the validation page shows it):
+    suite: str | None = None
+    expectation: str | None = None
+    column: str | None = None
+    observed: Any = None
+    unexpected_count: int | None = None
 
 
 @dataclass
@@ -55,6 +65,9 @@ class ValidationReport:
     dataset_version: str | None
     checks: list[CheckResult]
     data_docs: str | None = None
+    """great-expectations' Data Docs index; it loads its scripts from CDNs (blank offline)."""
+    page: str | None = None
+    """The self-contained validation page (`validation/index.html`): the one to open."""
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -69,8 +82,10 @@ class ValidationReport:
         for check in self.failed:
             lines.append(f"  x {check.name}: {check.detail}")
             lines.extend(f"      e.g. {example}" for example in check.examples[:3])
+        if self.page:
+            lines.append(f"Validation page: {self.page}")
         if self.data_docs:
-            lines.append(f"Data Docs: {self.data_docs}")
+            lines.append(f"Data Docs: {self.data_docs} (needs the network for its scripts)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,6 +95,7 @@ class ValidationReport:
             "rows": self.rows,
             "dataset_version": self.dataset_version,
             "data_docs": self.data_docs,
+            "page": self.page,
             "checks": [c.__dict__ for c in self.checks],
         }
 
@@ -322,7 +338,9 @@ def validate_dataset(dataset_dir: Path, config: ValidationConfig | None = None) 
         )
     )
     if len(splits) < len(SPLITS):
-        return ValidationReport(str(dataset_dir), False, 0, version, checks)
+        report = ValidationReport(str(dataset_dir), False, 0, version, checks)
+        _write_page(report, dataset_dir)
+        return report
 
     generation = None
     if manifest and isinstance(manifest.get("generator"), dict):
@@ -353,7 +371,19 @@ def validate_dataset(dataset_dir: Path, config: ValidationConfig | None = None) 
             )
             if result["column"] in MUST_BE_TRUE_COLUMNS and not problems.empty:
                 examples = [f"row {r.index}: {r.problem}" for r in problems.head(3).itertuples()]
-        checks.append(CheckResult(name, result["success"], detail, examples))
+        checks.append(
+            CheckResult(
+                name,
+                result["success"],
+                detail,
+                examples,
+                suite=result["suite"],
+                expectation=result["expectation"],
+                column=result["column"],
+                observed=result["observed"],
+                unexpected_count=result["unexpected_count"],
+            )
+        )
     row_count = len(derived)
     if manifest and manifest.get("rows") not in (None, row_count):
         checks.append(
@@ -372,11 +402,19 @@ def validate_dataset(dataset_dir: Path, config: ValidationConfig | None = None) 
     report = ValidationReport(
         str(dataset_dir), all(c.success for c in checks), row_count, version, checks, docs
     )
+    report.page = str(page_path(dataset_dir))  # report.json names it; written just below
     (dataset_dir / "validation").mkdir(exist_ok=True)
     (dataset_dir / "validation" / "report.json").write_text(
         json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
     )
+    _write_page(report, dataset_dir)
     return report
+
+
+def _write_page(report: ValidationReport, dataset_dir: Path) -> None:
+    """Write the self-contained page on every path out of `validate_dataset`, so a rejected
+    dataset (the one people need to read about) always has one."""
+    report.page = str(write_validation_page(report.to_dict(), dataset_dir / "validation"))
 
 
 MUST_BE_TRUE_COLUMNS = {
