@@ -18,9 +18,9 @@ from airflow.sdk import Param, dag, task
 from toolrl_assets import VALIDATED_DATASET
 from toolrl_plugins.callbacks import on_task_failure
 
-from training.pipeline.config import PipelineConfig
+from training.pipeline.config import load_pipeline_config
 
-DEFAULTS = PipelineConfig()
+DEFAULTS = load_pipeline_config()
 
 
 @dag(

@@ -12,6 +12,7 @@ that is a successful run of the gate, not a pipeline failure.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -21,9 +22,9 @@ from toolrl_assets import CHAMPION_MODEL, VALIDATED_DATASET
 from toolrl_plugins.callbacks import on_task_failure
 from toolrl_plugins.operators import SubmitRayTrainingOperator, WaitRayJobOperator
 
-from training.pipeline.config import PipelineConfig
+from training.pipeline.config import load_pipeline_config
 
-DEFAULTS = PipelineConfig()
+DEFAULTS = load_pipeline_config()
 
 
 @dag(
@@ -49,19 +50,32 @@ DEFAULTS = PipelineConfig()
     },
 )
 def toolcall_retraining() -> None:
-    @task
+    @task(inlets=[VALIDATED_DATASET])
     def plan_spec(**context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+        from toolrl_plugins.asset_events import owned_event_extras
         from toolrl_plugins.connections import mlflow_uri
 
         from training.pipeline.config import load_pipeline_config
         from training.pipeline.gate_stage import model_name
-        from training.pipeline.retraining_stage import prepare_spec, resolve_dataset
+        from training.pipeline.retraining_stage import StageError, prepare_spec, resolve_dataset
 
         params = context["params"]
-        events = context.get("triggering_asset_events") or {}
-        extra = events[VALIDATED_DATASET][-1].extra if events.get(VALIDATED_DATASET) else None
+        extras, left_behind = owned_event_extras(context, VALIDATED_DATASET)
+        if left_behind:
+            logging.getLogger(__name__).warning(
+                "claimed %d Asset event(s) Airflow left unconsumed (apache/airflow#56050)",
+                left_behind,
+            )
         config = load_pipeline_config()
-        dataset = resolve_dataset(config, extra, params["dataset_dir"] or None)
+        try:
+            dataset = resolve_dataset(config, extras, params["dataset_dir"] or None)
+        except StageError as exc:  # a bad event or dataset will not get better on retry
+            raise AirflowFailException(str(exc)) from exc
+        if dataset.get("superseded"):
+            logging.getLogger(__name__).info(
+                "trains on %s; superseded: %s", dataset["dataset_version"], dataset["superseded"]
+            )
         backend = params["backend"] or config.training_backend
         planned = prepare_spec(
             config,
@@ -74,6 +88,7 @@ def toolcall_retraining() -> None:
         )
         return {
             **planned,
+            "dataset_superseded": dataset.get("superseded", ""),
             "backend": backend,
             "thresholds": params["thresholds"] or config.thresholds,
         }

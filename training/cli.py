@@ -37,6 +37,7 @@ def _register_stage_commands() -> None:
     from training.evaluation.cli import register_cli as register_eval
     from training.jobs.cli import register_cli as register_train
     from training.model.cli import register_cli as register_model
+    from training.orchestrator.cli import register_cli as register_airflow
     from training.registry.cli import register_cli as register_registry
     from training.rewards.cli import register_cli as register_reward
 
@@ -46,6 +47,7 @@ def _register_stage_commands() -> None:
     register_eval(app)
     register_registry(app)
     register_model(app)
+    register_airflow(app)
 
 
 _register_stage_commands()
@@ -149,15 +151,34 @@ def demo(
         "runs/demo"
     ),
     rows: Annotated[int, typer.Option(help="Rows in the generated dataset.")] = 2_000,
+    keep_running: Annotated[
+        bool,
+        typer.Option(
+            "--keep-running",
+            help="Leave every service up afterwards to browse the Airflow and MLflow UIs; "
+            "stop them with `toolrl airflow down --workdir WORKDIR`.",
+        ),
+    ] = False,
+    dags_test: Annotated[
+        bool,
+        typer.Option(
+            "--dags-test",
+            help="Debug: run each DAG in one process with `airflow dags test` instead of on "
+            "Airflow's scheduler, dag-processor and triggerer.",
+        ),
+    ] = False,
 ) -> None:
-    """Run the whole retraining loop on this machine: local services on loopback (MLflow,
-    Ray, MCP), both Airflow DAGs, then serve the champion and answer one chat."""
+    """Run the whole retraining loop on this machine: local services on loopback (MLflow, Ray,
+    MCP, Airflow's own four), the dataset DAG triggered through Airflow's REST API, retraining
+    started by the scheduler from its Asset event, then serve the champion and answer a chat."""
+    from training.demo.airflow_run import AirflowLoopError
     from training.demo.run import DemoError, run_demo
     from training.demo.services import ServiceError
+    from training.orchestrator.services import AirflowServiceError
 
     try:
-        run_demo(workdir, rows)
-    except (DemoError, ServiceError) as exc:
+        run_demo(workdir, rows, keep_running=keep_running, dags_test=dags_test)
+    except (DemoError, ServiceError, AirflowLoopError, AirflowServiceError) as exc:
         typer.secho(f"demo failed: {exc}", fg="red", err=True)
         raise typer.Exit(1) from exc
     except KeyboardInterrupt as exc:

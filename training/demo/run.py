@@ -1,9 +1,11 @@
 """`toolrl demo`: the whole retraining loop on one machine, through Airflow, for real.
 
 Services on loopback (MLflow server, a Ray head with its Jobs API, the MCP tool server in
-mock mode for training and real mode for serving), both DAGs run with `airflow dags test`
-on SQLite, then the champion is served and answers one chat that calls a real MCP tool.
-Every service started here is stopped at the end, on Ctrl-C and on failure.
+mock mode for training and real mode for serving) and Airflow's own four services; the demo
+triggers the dataset DAG through the REST API and the scheduler starts retraining from its
+Asset event (`--dags-test` runs both with `airflow dags test` instead, for debugging). Then
+the champion is served and answers one chat that calls a real MCP tool. Every service started
+here is stopped at the end, on Ctrl-C and on failure, unless `--keep-running`.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from rich.console import Console
 
+from training.demo.airflow_run import AirflowHandle, run_loop, start_airflow
 from training.demo.progress import CheckpointWatcher
 from training.demo.report import (
     answer_check,
@@ -74,8 +78,11 @@ DEMO_EVAL_ROWS = 96
 points; the full split is ~190 rows and doubles the stage's time)."""
 
 
-def _write_pipeline_config(workdir: Path, rows: int) -> None:
+def _write_pipeline_config(workdir: Path, rows: int, env: dict[str, str], api_port: int) -> Path:
+    """The deployment's one config file: DAG files, tasks and `toolrl airflow up` read it."""
     config = {
+        # triggered by the demo; a cron would also start a catch-up run on unpause
+        "dataset_schedule": None,
         "dataset_rows": rows,
         "data_root": str(workdir / "datasets"),
         "workdir": str(workdir / "pipeline"),
@@ -85,8 +92,16 @@ def _write_pipeline_config(workdir: Path, rows: int) -> None:
         "eval_limit": DEMO_EVAL_ROWS,
         "thresholds": str(REPO_ROOT / "training" / "specs" / "thresholds_demo.yaml"),
         "retries": 1,
+        "connections": {
+            "toolrl_ray": env["AIRFLOW_CONN_TOOLRL_RAY"],
+            "toolrl_mlflow": env["AIRFLOW_CONN_TOOLRL_MLFLOW"],
+            "toolrl_mcp": env["AIRFLOW_CONN_TOOLRL_MCP"],
+        },
+        "airflow": {"api_port": api_port},
     }
-    (workdir / "pipeline.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    path = workdir / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
 
 def mlflow_service(root: Path, port: int, log: Path, env: dict[str, str]) -> ManagedService:
@@ -349,39 +364,82 @@ def _summary(
     console.print(f"logs                  {workdir / 'logs'}")
 
 
-def run_demo(workdir: Path, rows: int = 2_000) -> None:
+def _on_airflow(
+    stack: ServiceStack,
+    workdir: Path,
+    env: dict[str, str],
+    ports: dict[str, int],
+    config_path: Path,
+    rows: int,
+    watch_training: Callable[[], Any],
+) -> tuple[Path, AirflowHandle]:
+    """Both DAGs on Airflow's services: trigger the dataset DAG, the scheduler does the rest."""
+    from training.pipeline.config import load_pipeline_config
+
+    config = load_pipeline_config({"TOOLRL_PIPELINE_CONFIG": str(config_path)})
+    console.rule("[bold]Airflow services")
+    started = time.monotonic()
+    with console.status("starting Airflow: api-server, scheduler, dag-processor, triggerer ..."):
+        handle = start_airflow(
+            workdir,
+            ports["airflow"],
+            (ports["airflow_worker_logs"], ports["airflow_trigger_logs"]),
+            config,
+            config_path,
+            env,
+            console.print,
+        )
+    stack.adopt(handle)
+    console.print(
+        f"[green]up[/green] {handle.name}: healthy in {handle.seconds_to_healthy:.0f}s, DAGs "
+        f"parsed in {time.monotonic() - started:.0f}s; UI {handle.api.base_url}"
+    )
+    console.rule("[bold]Airflow DAG runs (scheduled by Airflow)")
+    loop = run_loop(handle, rows, console.print, watch_training)
+    return Path(loop.dataset_dir), handle
+
+
+def _print_airflow_access(handle: AirflowHandle | None) -> None:
+    if handle is None:
+        return
+    console.print(f"Airflow UI            {handle.api.base_url}  (user admin)")
+    if handle.password_printed:
+        console.print(
+            f"Airflow login         admin / {handle.password_printed}  (printed once; kept in "
+            f"{handle.layout.passwords}, mode 0600)"
+        )
+    else:
+        console.print(f"Airflow login         user admin, password in {handle.layout.passwords}")
+
+
+def run_demo(
+    workdir: Path, rows: int = 2_000, *, keep_running: bool = False, dags_test: bool = False
+) -> None:
     started = time.monotonic()
     workdir = workdir.resolve()
     for sub in ("logs", "mlflow", "datasets", "pipeline", "serving"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
-    ports = {
-        name: free_port()
-        for name in ("mlflow", "mcp_mock", "mcp_real", "ray", "ray_dashboard", "frontdoor")
-    }
+    names = ("mlflow", "mcp_mock", "mcp_real", "ray", "ray_dashboard", "frontdoor", "airflow")
+    ports = {name: free_port() for name in (*names, "airflow_worker_logs", "airflow_trigger_logs")}
     env = _env(workdir, ports)
-    _write_pipeline_config(workdir, rows)
-    with console.status("preparing the Airflow metadata DB (SQLite) ..."):
-        subprocess.run(
-            [str(BIN / "airflow"), "db", "migrate"],
-            check=True,
-            capture_output=True,
-            env={**os.environ, **env},
-        )
-    with service_stack() as stack:
-        start_services(stack, workdir, env, ports)
-        run_dag("toolcall_dataset", env, workdir / "logs" / "dag-dataset.log")
-        dataset = _published_dataset(workdir)
-        cpu = load_spec(DEMO_SPEC).cpu
-        with CheckpointWatcher(
+    config_path = _write_pipeline_config(workdir, rows, env, ports["airflow"])
+    cpu = load_spec(DEMO_SPEC).cpu
+
+    def watch_training() -> CheckpointWatcher:
+        return CheckpointWatcher(
             workdir / "pipeline",
             lambda message: console.print(f"     [dim]training:[/dim] {message}"),
             totals={"sft": cpu.sft_steps, "grpo": cpu.grpo_steps},
-        ):
-            run_dag(
-                "toolcall_retraining",
-                env,
-                workdir / "logs" / "dag-retraining.log",
-                {"dataset_dir": str(dataset), "backend": "cpu"},
+        )
+
+    handle: AirflowHandle | None = None
+    with service_stack() as stack:
+        start_services(stack, workdir, env, ports)
+        if dags_test:
+            dataset = _with_dags_test(workdir, env, watch_training)
+        else:
+            dataset, handle = _on_airflow(
+                stack, workdir, env, ports, config_path, rows, watch_training
             )
         promoted, reasons = gate_outcome(workdir)
         champion = current_champion(env["MLFLOW_TRACKING_URI"])
@@ -396,3 +454,44 @@ def run_demo(workdir: Path, rows: int = 2_000) -> None:
         if champion:
             answer = serve_and_chat(stack, workdir, env, ports)
         _summary(workdir, dataset, env, answer, time.monotonic() - started, champion, promoted)
+        _print_airflow_access(handle)
+        if keep_running:
+            _keep_running(stack, workdir)
+
+
+def _with_dags_test(workdir: Path, env: dict[str, str], watch_training: Callable[[], Any]) -> Path:
+    """The debug path: each DAG in one process with `airflow dags test` (no scheduler)."""
+    with console.status("preparing the Airflow metadata DB (SQLite) ..."):
+        subprocess.run(
+            [str(BIN / "airflow"), "db", "migrate"],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **env},
+        )
+    run_dag("toolcall_dataset", env, workdir / "logs" / "dag-dataset.log")
+    dataset = _published_dataset(workdir)
+    with watch_training():
+        run_dag(
+            "toolcall_retraining",
+            env,
+            workdir / "logs" / "dag-retraining.log",
+            {"dataset_dir": str(dataset), "backend": "cpu"},
+        )
+    return dataset
+
+
+def _keep_running(stack: ServiceStack, workdir: Path) -> None:
+    """Leave every service up for browsing; `toolrl airflow down` stops them all later."""
+    from training.orchestrator.layout import AirflowLayout
+    from training.orchestrator.services import RunningService, record_companions
+
+    companions = [
+        RunningService(s.name, s.process.pid, str(s.log_path), time.time())
+        for s in stack.detach()
+        if isinstance(s, ManagedService) and s.process is not None
+    ]
+    record_companions(AirflowLayout(workdir), companions)
+    console.print(
+        f"[bold]services left running[/bold] (--keep-running): stop them all with "
+        f"`toolrl airflow down --workdir {workdir}`"
+    )

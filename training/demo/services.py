@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 from rich.console import Console
 
@@ -91,11 +92,26 @@ class ManagedService:
             self.process.wait(timeout=10)
 
 
+class Stoppable(Protocol):
+    name: str
+
+    def stop(self) -> None: ...
+
+
 class ServiceStack:
     """Start services in order; stop them in reverse, on every exit path."""
 
     def __init__(self) -> None:
-        self.services: list[ManagedService] = []
+        self.services: list[Stoppable] = []
+
+    def adopt(self, service: Stoppable) -> None:
+        """Something started elsewhere (Airflow's services) that stops with this stack."""
+        self.services.append(service)
+
+    def detach(self) -> list[Stoppable]:
+        """Leave everything running (`--keep-running`); the caller records how to stop it."""
+        detached, self.services = self.services, []
+        return detached
 
     def start(self, service: ManagedService) -> ManagedService:
         started = time.monotonic()

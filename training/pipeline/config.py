@@ -1,7 +1,8 @@
 """PipelineConfig: every knob of the scheduled loop in one typed place.
 
-DAG files read only this object (defaults at parse time, no I/O); a deployment overrides
-fields with a YAML file named by `TOOLRL_PIPELINE_CONFIG`, read at task run time.
+A deployment overrides fields with a YAML file named by `TOOLRL_PIPELINE_CONFIG`. DAG files
+read it at parse time for their schedule and retry settings (one small local file), and every
+task reads it again at run time, so a changed value never needs a new DAG file.
 """
 
 from __future__ import annotations
@@ -19,10 +20,34 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_ENV = "TOOLRL_PIPELINE_CONFIG"
 
 
+class AirflowServices(BaseModel):
+    """How `toolrl airflow up` runs Airflow's own services on one machine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    api_port: int = Field(default=8080, ge=1, le=65535, description="api-server (UI + REST).")
+    parallelism: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="Task slots of the LocalExecutor (Airflow's default 32 pre-forks 1.2 GB).",
+    )
+    dag_refresh_s: int = Field(
+        default=30, ge=5, description="How often the dag-processor lists the DAG folder."
+    )
+    healthy_within_s: float = Field(
+        default=120.0, gt=0, description="`up` fails if a service is not healthy by then."
+    )
+
+
 class PipelineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dataset_schedule: str = Field(default="0 3 * * 1", description="Cron of toolcall_dataset.")
+    dataset_schedule: str | None = Field(
+        default="0 3 * * 1",
+        description="Cron of toolcall_dataset (catchup off). None: runs only when triggered, "
+        "as the demo does, so unpausing it does not start a catch-up run beside its trigger.",
+    )
     dataset_rows: int = Field(default=2_000, ge=10, description="Rows per dataset version.")
     chinese_fraction: float = Field(
         default=0.0,
@@ -66,6 +91,12 @@ class PipelineConfig(BaseModel):
     task_timeout_minutes: int = Field(default=60, ge=1, description="Default task timeout.")
     training_timeout_hours: int = Field(default=48, ge=1, description="Wait-for-training timeout.")
     retries: int = Field(default=2, ge=0, description="Retries of submit/poll-type tasks.")
+    connections: dict[str, str] = Field(
+        default_factory=dict,
+        description="Airflow connections for `toolrl airflow up`, conn id -> URI (Ray, MLflow, "
+        "MCP, S3); unset ones take the embedded defaults of serving/settings.py.",
+    )
+    airflow: AirflowServices = Field(default_factory=AirflowServices)
 
 
 def load_pipeline_config(env: dict[str, str] | None = None) -> PipelineConfig:

@@ -57,22 +57,71 @@ def latest_dataset(config: PipelineConfig) -> dict[str, str]:
     }
 
 
+def checked_version(path: Path, expected_version: str | None = None) -> dict[str, str]:
+    """A dataset version that may be trained on: its manifest, its train and test files, and a
+    passing validation report are there, and (from an Asset event) its name is the version the
+    event announced. Anything else is a StageError that says what is wrong."""
+    report = path / "validation" / "report.json"
+    if not path.is_dir():
+        raise StageError(f"dataset {path} does not exist")
+    for required in ("manifest.json", "train.parquet", "test.parquet"):
+        if not (path / required).is_file():
+            raise StageError(f"dataset {path} has no {required}: it is not a published version")
+    try:
+        passed = bool(json.loads(report.read_text()).get("success"))
+    except (OSError, ValueError, AttributeError):
+        passed = False
+    if not passed:
+        raise StageError(f"{path} has no passing validation report; validate it first")
+    if expected_version is not None and expected_version != path.name:
+        raise StageError(
+            f"the Asset event names version {expected_version!r} but points to {path} "
+            f"(version {path.name!r}); refusing to train on a dataset the event did not announce"
+        )
+    return {
+        "dataset_version": path.name,
+        "dataset_dir": str(path),
+        "train": str(path / "train.parquet"),
+        "test": str(path / "test.parquet"),
+    }
+
+
+def dataset_from_events(events: list[Any]) -> dict[str, str]:
+    """The version to train on from the Asset events this run consumed, oldest first.
+
+    Airflow folds the events that arrive while a run is active (`max_active_runs=1`) into
+    the next run, so one run may consume several. It trains on the newest of *its own*
+    events, never on whatever is newest on disk when it starts; the older ones it consumed
+    are listed as `superseded` (their data is contained in, or replaced by, the newer version).
+    """
+    if not events:
+        raise StageError("the run was started by an Asset event, but it carries no events")
+    extras = [e if isinstance(e, dict) else None for e in events]
+    newest = extras[-1]
+    if newest is None or not isinstance(newest.get("dataset_dir"), str):
+        raise StageError(
+            f"the Asset event's extra must hold a `dataset_dir` string; got {str(newest)[:300]}"
+        )
+    version = newest.get("dataset_version")
+    if version is not None and not isinstance(version, str):
+        raise StageError(f"the Asset event's `dataset_version` must be a string; got {version!r}")
+    chosen = checked_version(Path(newest["dataset_dir"]), version)
+    superseded = [
+        str(e.get("dataset_version") or e.get("dataset_dir")) for e in extras[:-1] if e is not None
+    ]
+    return {**chosen, "superseded": ",".join(superseded)}
+
+
 def resolve_dataset(
-    config: PipelineConfig, event_extra: dict[str, Any] | None, dataset_dir: str | None
+    config: PipelineConfig, event_extras: list[Any] | None, dataset_dir: str | None
 ) -> dict[str, str]:
-    if event_extra and event_extra.get("dataset_dir"):
-        return {k: str(event_extra[k]) for k in ("dataset_version", "dataset_dir", "train", "test")}
+    """Which dataset a retraining run trains on: a hand-run's `dataset_dir` param first, then
+    the Asset events that started the run, then (a hand run without either) the newest
+    validated version under data_root."""
     if dataset_dir:
-        path = Path(dataset_dir)
-        report = path / "validation" / "report.json"
-        if not report.is_file() or not json.loads(report.read_text()).get("success"):
-            raise StageError(f"{path} has no passing validation report; validate it first")
-        return {
-            "dataset_version": path.name,
-            "dataset_dir": str(path),
-            "train": str(path / "train.parquet"),
-            "test": str(path / "test.parquet"),
-        }
+        return checked_version(Path(dataset_dir))
+    if event_extras:
+        return dataset_from_events(event_extras)
     return latest_dataset(config)
 
 

@@ -1,0 +1,344 @@
+"""Both DAGs on Airflow's own services (api-server, scheduler with the LocalExecutor,
+dag-processor, triggerer) started by `toolrl airflow up`'s code, against real local services
+(MLflow server, Ray head with the Jobs API, MCP server in mock mode), a tiny model trained on
+CPU as a Ray job.
+
+What is asserted is what a user of scheduled retraining relies on: the scheduler starts
+retraining from the dataset DAG's Asset event and the run trains on the version the event
+announced; events that arrive while a training runs are queued into one next run (never two
+trainings on one run key); a triggerer or scheduler killed while `wait_training` is deferred
+is restarted and the run completes without a second Ray submission; a down api-server is
+named with its log; a bad Asset event fails the run at `plan_spec` and leaves `champion` alone.
+
+The tests in this module run in order and share one deployment (starting it takes ~20 s).
+"""
+
+from __future__ import annotations
+
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from training.demo.run import mcp_service, mlflow_service
+from training.demo.services import ManagedService, free_port
+from training.orchestrator.follow import RunFollowError, follow_run, wait_for_run
+from training.orchestrator.layout import AirflowLayout, AirflowPorts, read_login
+from training.orchestrator.rest import AirflowApi, AirflowApiError
+from training.orchestrator.services import (
+    Deployment,
+    kill,
+    restart,
+    service_states,
+    stop,
+    up,
+)
+from training.pipeline.config import load_pipeline_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+BIN = Path(sys.executable).parent
+MODEL = "toolrl-airflow-e2e"
+DATASET, RETRAINING = "toolcall_dataset", "toolcall_retraining"
+VALIDATED_URI = "toolrl://datasets/validated"
+
+TINY_SPEC: dict[str, Any] = {
+    "name": "airflow-e2e",
+    "model": {"path": "tiny://hermes", "call_format": "hermes"},
+    "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
+    "rollout": {"n": 2, "max_turns": 2},
+    "batch": {"ppo_mini_batch_size": 2},
+    "checkpoint": {"run_dir": "ckpt", "save_freq": 2, "keep": 1},
+    "drift": {"max_malformed_rate": 1.0, "window": 50},
+    "cpu": {
+        "sft_steps": 4,
+        "sft_batch_size": 2,
+        "sft_save_freq": 4,
+        "grpo_steps": 2,
+        "prompts_per_step": 2,
+        "max_completion_length": 32,
+        "eval_rows": 2,
+        "eval_max_new_tokens": 12,
+        "threads": 2,
+    },
+}
+LENIENT = {
+    "absolute": {"overall.error_rate": {"max": 1.0}},
+    "regression": {},
+    "require_same_data": False,
+    "require_final_step": True,
+    "reject_drift_stop": True,
+}
+
+
+class Stack:
+    def __init__(self, root: Path, api: AirflowApi, layout: AirflowLayout, env: dict[str, str]):
+        self.root, self.api, self.layout, self.env = root, api, layout, env
+        self.config_path = root / "pipeline.yaml"
+
+    @property
+    def config(self) -> Any:
+        return load_pipeline_config({"TOOLRL_PIPELINE_CONFIG": str(self.config_path)})
+
+    def follow(self, dag_id: str, run_id: str, timeout_s: float = 600) -> Any:
+        return follow_run(self.api, self.layout, dag_id, run_id, lambda _: None, timeout_s)
+
+    def wait_task_state(self, run_id: str, task_id: str, state: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.api.task_states(RETRAINING, run_id).get(task_id) == state:
+                return
+            time.sleep(0.5)
+        raise AssertionError(
+            f"{task_id} never reached {state}: {self.api.task_states(RETRAINING, run_id)}"
+        )
+
+    def retraining_runs(self) -> list[dict[str, Any]]:
+        return self.api.dag_runs(RETRAINING)
+
+    def next_asset_run(self, known: set[str], timeout_s: float = 120) -> dict[str, Any]:
+        return wait_for_run(
+            self.api,
+            RETRAINING,
+            lambda r: r["dag_run_id"] not in known and r["run_type"] == "asset_triggered",
+            timeout_s,
+        )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, ray_address: str) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("airflow-e2e")
+    ports = {"mlflow": free_port(), "mcp": free_port()}
+    mlflow_url = f"http://127.0.0.1:{ports['mlflow']}"
+    mcp_url = f"http://127.0.0.1:{ports['mcp']}/mcp"
+    started: list[ManagedService] = []
+    layout = AirflowLayout(root)
+    try:
+        for service in (
+            mlflow_service(root, ports["mlflow"], root / "mlflow.log", {}),
+            mcp_service("mock", ports["mcp"], root / "mcp.log", {}),
+        ):
+            service.start()
+            started.append(service)
+        (root / "spec.yaml").write_text(yaml.safe_dump(TINY_SPEC))
+        (root / "lenient.yaml").write_text(yaml.safe_dump(LENIENT))
+        (root / "pipeline.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "dataset_schedule": None,
+                    "dataset_rows": 120,
+                    "data_root": str(root / "datasets"),
+                    "workdir": str(root / "pipeline"),
+                    "training_spec": str(root / "spec.yaml"),
+                    "training_backend": "cpu",
+                    "thresholds": str(root / "lenient.yaml"),
+                    "eval_limit": 3,
+                    "retries": 1,
+                    "connections": {
+                        "toolrl_ray": ray_address,
+                        "toolrl_mlflow": mlflow_url,
+                        "toolrl_mcp": mcp_url,
+                    },
+                }
+            )
+        )
+        env = {
+            "MLFLOW_TRACKING_URI": mlflow_url,
+            "TOOLRL_MCP_URL": mcp_url,
+            "TOOLRL_MODEL_NAME": MODEL,
+        }
+        airflow_ports = AirflowPorts(free_port(), free_port(), free_port())
+        config = load_pipeline_config({"TOOLRL_PIPELINE_CONFIG": str(root / "pipeline.yaml")})
+        result = up(layout, airflow_ports, config, root / "pipeline.yaml", extra_env=env)
+        assert result.new_password  # generated on the first start
+        user, password = read_login(layout)
+        with AirflowApi(airflow_ports.api_url, user, password) as api:
+            api.wait_parsed([DATASET, RETRAINING])
+            yield Stack(root, api, layout, env)
+    finally:
+        stop(layout)
+        for service in reversed(started):
+            service.stop()
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_four_services_are_healthy_and_nothing_is_world_readable(stack: Stack) -> None:
+    deployment = Deployment.load(stack.layout)
+    assert deployment is not None
+    assert service_states(deployment) == {
+        "api-server": "healthy",
+        "scheduler": "healthy",
+        "dag-processor": "healthy",
+        "triggerer": "healthy",
+    }
+    assert stack.api.import_errors() == []
+    retraining = stack.api.dag(RETRAINING)
+    assert retraining is not None and retraining["timetable_summary"] == "Asset"
+    assert retraining["max_active_runs"] == 1
+    home = stack.layout.home
+    assert _mode(home) == 0o700
+    for path in [stack.layout.passwords, stack.layout.database, stack.layout.registry]:
+        assert _mode(path) & 0o077 == 0, f"{path} is readable by others"
+    for log in stack.layout.logs.glob("*.log"):
+        assert _mode(log) & 0o077 == 0, f"{log} is readable by others"
+    status = subprocess.run(
+        [str(BIN / "toolrl"), "airflow", "status", "--workdir", str(stack.root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    assert '"scheduler": "healthy"' in status.stdout
+
+
+def _ray_jobs_for(ray_address: str, run_id: str) -> list[str]:
+    from ray.job_submission import JobSubmissionClient
+
+    from training.jobs.submit import submission_id
+
+    prefix = submission_id(TINY_SPEC["name"], run_id).rsplit("-a", 1)[0]
+    jobs = JobSubmissionClient(ray_address).list_jobs()
+    return [j.submission_id for j in jobs if (j.submission_id or "").startswith(prefix)]
+
+
+def _restart(stack: Stack, name: str) -> None:
+    restart(stack.layout, name, stack.config, stack.config_path, extra_env=stack.env)
+
+
+def _versions(tracking_uri: str) -> dict[str, set[str]]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    found = client.search_model_versions(f"name='{MODEL}'")
+    return {v.version: set(client.get_model_version(MODEL, v.version).aliases) for v in found}
+
+
+def test_the_scheduler_trains_on_each_asset_event_and_survives_triggerer_and_scheduler_kills(
+    stack: Stack, ray_address: str
+) -> None:
+    api = stack.api
+    api.set_paused(RETRAINING, False)
+    api.set_paused(DATASET, False)
+    first_dataset = api.trigger(DATASET, {"rows": 120})
+    assert stack.follow(DATASET, first_dataset).state == "success"
+    first_version = api.xcom(DATASET, first_dataset, "publish")["dataset_version"]
+
+    # the scheduler, not this test, starts retraining from the Asset event
+    r1 = stack.next_asset_run(set())
+    events = api.upstream_asset_events(RETRAINING, r1["dag_run_id"])
+    assert [e["extra"]["dataset_version"] for e in events] == [first_version]
+
+    # the triggerer dies while the wait is deferred, then comes back
+    stack.wait_task_state(r1["dag_run_id"], "wait_training", "deferred", timeout_s=300)
+    kill(stack.layout, "triggerer", signal.SIGKILL)
+    assert service_states(Deployment.load(stack.layout))["triggerer"] == "down"  # type: ignore[arg-type]
+    # two more dataset versions while the first training runs: they queue, not overlap
+    later_versions = []
+    for _ in range(2):
+        run_id = api.trigger(DATASET, {"rows": 120})
+        assert stack.follow(DATASET, run_id).state == "success"
+        later_versions.append(api.xcom(DATASET, run_id, "publish")["dataset_version"])
+    _restart(stack, "triggerer")
+    assert stack.follow(RETRAINING, r1["dag_run_id"]).state == "success"
+    assert api.xcom(RETRAINING, r1["dag_run_id"], "plan_spec")["dataset_version"] == first_version
+    assert len(_ray_jobs_for(ray_address, r1["dag_run_id"])) == 1
+    assert api.task_instance(RETRAINING, r1["dag_run_id"], "submit_training")["try_number"] == 1
+
+    # the two events led to exactly one next run. Airflow 3.3.2 lets it consume only the
+    # first (apache/airflow#56050); plan_spec claims the second as well, and trains on the
+    # newest of its own events
+    r2 = stack.next_asset_run({r1["dag_run_id"]})
+    consumed = [
+        e["extra"]["dataset_version"]
+        for e in api.upstream_asset_events(RETRAINING, r2["dag_run_id"])
+    ]
+    assert consumed == later_versions[:1]
+
+    # the scheduler dies while the second wait is deferred, then comes back
+    stack.wait_task_state(r2["dag_run_id"], "wait_training", "deferred", timeout_s=300)
+    kill(stack.layout, "scheduler", signal.SIGKILL)
+    time.sleep(3)
+    _restart(stack, "scheduler")
+    assert stack.follow(RETRAINING, r2["dag_run_id"]).state == "success"
+    planned = api.xcom(RETRAINING, r2["dag_run_id"], "plan_spec")
+    assert planned["dataset_version"] == later_versions[-1]
+    assert planned["dataset_superseded"] == later_versions[0]
+    assert len(_ray_jobs_for(ray_address, r2["dag_run_id"])) == 1
+    assert [r["dag_run_id"] for r in stack.retraining_runs()] == [
+        r1["dag_run_id"],
+        r2["dag_run_id"],
+    ]
+
+    versions = _versions(stack.env["MLFLOW_TRACKING_URI"])
+    assert len(versions) == 2
+    assert "champion" in versions[max(versions, key=int)]
+
+
+def test_a_down_api_server_is_named_with_its_log(stack: Stack) -> None:
+    kill(stack.layout, "api-server", signal.SIGKILL)
+    try:
+        with pytest.raises(RunFollowError) as caught:
+            follow_run(
+                stack.api,
+                stack.layout,
+                RETRAINING,
+                "any-run",  # the api-server is gone: no call gets as far as the run
+                lambda _: None,
+                timeout_s=30,
+                poll_s=0.5,
+                unavailable_grace_s=2,
+            )
+        log = stack.layout.log_of("api-server")
+        assert f"api-server is down (log: {log})" in str(caught.value)
+        status = subprocess.run(
+            [str(BIN / "toolrl"), "airflow", "status", "--workdir", str(stack.root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert status.returncode == 1
+        assert "down" in status.stdout and "api-server" in status.stdout
+    finally:
+        _restart(stack, "api-server")
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"dataset_dir": "/nonexistent/toolrl-dataset", "dataset_version": "v1"}, "does not exist"),
+        ({"dataset_dir": 7}, "must hold a `dataset_dir` string"),
+    ],
+    ids=["missing-dataset", "wrong-type"],
+)
+def test_a_bad_asset_event_fails_at_plan_spec_and_leaves_the_champion(
+    stack: Stack, extra: dict[str, Any], reason: str
+) -> None:
+    stack.api.set_paused(RETRAINING, False)
+    before = _versions(stack.env["MLFLOW_TRACKING_URI"])
+    known = {r["dag_run_id"] for r in stack.retraining_runs()}
+    stack.api.create_asset_event(VALIDATED_URI, extra)
+    run = stack.next_asset_run(known)
+    outcome = stack.follow(RETRAINING, run["dag_run_id"], timeout_s=300)
+    assert outcome.state == "failed"
+    assert outcome.failed_tasks == ["plan_spec"]
+    assert stack.api.task_instance(RETRAINING, run["dag_run_id"], "plan_spec")["try_number"] == 1
+    assert reason in stack.api.task_log(RETRAINING, run["dag_run_id"], "plan_spec")
+    assert _versions(stack.env["MLFLOW_TRACKING_URI"]) == before
+
+
+def test_rest_errors_name_the_call(stack: Stack) -> None:
+    with pytest.raises(AirflowApiError, match=r"POST /api/v2/dags/no_such_dag/dagRuns -> 404"):
+        stack.api.trigger("no_such_dag")
+    with pytest.raises(AirflowApiError, match="refused"):
+        AirflowApi(stack.api.base_url, "admin", "wrong").dag(RETRAINING)
