@@ -5,7 +5,7 @@ from __future__ import annotations
 from airflow.sdk import Asset
 
 #: A dataset version that passed validation. Event extra: dataset_version, dataset_dir, uri,
-#: train, test, data_docs.
+#: train, test, data_docs, validation_page (self-contained; Data Docs needs the network).
 VALIDATED_DATASET = Asset(name="toolrl_validated_dataset", uri="toolrl://datasets/validated")
 
 #: A model version the gate promoted to `champion`. Event extra: model_name, version, uri.

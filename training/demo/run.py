@@ -327,7 +327,11 @@ def _summary(
     console.rule("[bold green]toolrl demo finished")
     console.print(f"total time            {elapsed / 60:.1f} min")
     console.print(f"dataset version       {dataset.name}  ({dataset})")
-    console.print(f"Data Docs             {dataset / 'validation' / 'data_docs' / 'index.html'}")
+    console.print(f"validation page       {dataset / 'validation' / 'index.html'}")
+    console.print(
+        f"Data Docs             {dataset / 'validation' / 'data_docs' / 'index.html'} "
+        "(great-expectations; its scripts need the network)"
+    )
     if reports:
         console.print(f"eval report (HTML)    {reports[-1]}")
     if decisions:
@@ -399,6 +403,23 @@ def _on_airflow(
     return Path(loop.dataset_dir), handle
 
 
+def _shoot_pages(workdir: Path, dataset: Path, handle: AirflowHandle | None) -> None:
+    from training.demo.airflow_run import DATASET_DAG, RETRAINING_DAG
+    from training.demo.pages import check_and_shoot
+
+    reports = sorted(
+        (workdir / "pipeline").rglob("candidate.html"), key=lambda p: p.stat().st_mtime
+    )
+    pages = {"validation_page": dataset / "validation" / "index.html"}
+    if reports:
+        pages["eval_report"] = reports[-1]
+    airflow = (
+        (handle.api.base_url, handle.api.token, [DATASET_DAG, RETRAINING_DAG]) if handle else None
+    )
+    console.rule("[bold]pages (offline check and screenshots)")
+    check_and_shoot(pages, workdir / "screenshots", airflow, console.print)
+
+
 def _print_airflow_access(handle: AirflowHandle | None) -> None:
     if handle is None:
         return
@@ -453,6 +474,7 @@ def run_demo(
             console.print(f"[yellow]the gate rejected the candidate: {reasons}. {kept}.[/yellow]")
         if champion:
             answer = serve_and_chat(stack, workdir, env, ports)
+        _shoot_pages(workdir, dataset, handle)
         _summary(workdir, dataset, env, answer, time.monotonic() - started, champion, promoted)
         _print_airflow_access(handle)
         if keep_running:

@@ -78,4 +78,5 @@ def publish_stage(
         "train": str(final / "train.parquet"),
         "test": str(final / "test.parquet"),
         "data_docs": str(final / "validation" / "data_docs" / "index.html"),
+        "validation_page": str(final / "validation" / "index.html"),
     }
