@@ -80,3 +80,40 @@ def test_parsing_touches_no_network_connections_or_variables(
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     assert set(bag.dags) == {"toolcall_dataset", "toolcall_retraining"}
+
+
+def test_the_folder_parses_as_the_dag_processor_parses_it(tmp_path: Path) -> None:
+    """No sys.path help from this test suite: only Airflow's own configuration (DAGS_FOLDER,
+    PLUGINS_FOLDER), as the dag-processor runs. Airflow puts both folders on sys.path itself;
+    the DAGs' `toolrl_assets` and `toolrl_plugins` imports rely on exactly that."""
+    import os
+
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("AIRFLOW") and key != "PYTHONPATH"
+    }
+    env |= {
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    code = (
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        "bag = DagBag()\n"  # the configured DAGS_FOLDER, as the processor reads it
+        "print(sorted(bag.dags), bag.import_errors)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == (
+        "['toolcall_dataset', 'toolcall_retraining'] {}"
+    )

@@ -282,6 +282,9 @@ def test_the_scheduler_trains_on_each_asset_event_and_survives_triggerer_and_sch
     versions = _versions(stack.env["MLFLOW_TRACKING_URI"])
     assert len(versions) == 2
     assert "champion" in versions[max(versions, key=int)]
+    # SQLite (WAL) held under four services and their task runners
+    for log in stack.layout.logs.rglob("*.log"):
+        assert "database is locked" not in log.read_text(errors="replace"), log
 
 
 def test_a_down_api_server_is_named_with_its_log(stack: Stack) -> None:

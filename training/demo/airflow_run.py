@@ -76,11 +76,19 @@ class LoopRuns:
     dataset_version: str
     dataset_dir: str
     asset_start_latency_s: float
-    """From the dataset run's end to the scheduler creating the Asset-triggered run."""
+    """From the Asset event to the start of the run the scheduler created for it."""
 
 
 def _when(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+
+
+def start_latency(events: list[dict[str, Any]], run: dict[str, Any]) -> float:
+    """Seconds from the newest Asset event the run consumed to the run's start."""
+    stamps = [_when(e.get("timestamp")) for e in events]
+    newest = max((t for t in stamps if t is not None), default=None)
+    started = _when(run.get("start_date"))
+    return (started - newest).total_seconds() if newest and started else float("nan")
 
 
 def _fail_message(handle: AirflowHandle, outcome: RunOutcome) -> str:
@@ -122,13 +130,12 @@ def run_loop(
             lambda r: r["dag_run_id"] not in already and r.get("run_type") == "asset_triggered",
             timeout_s=300,
         )
-        ended, created = _when(dataset.run.get("end_date")), _when(retraining_run.get("queued_at"))
-        latency = (created - ended).total_seconds() if ended and created else float("nan")
+        events = api.upstream_asset_events(RETRAINING_DAG, retraining_run["dag_run_id"])
+        latency = start_latency(events, api.dag_run(RETRAINING_DAG, retraining_run["dag_run_id"]))
         on_line(
             f"the scheduler started {RETRAINING_DAG} from the Asset event "
-            f"{latency:.0f}s after the dataset run: run {retraining_run['dag_run_id']}"
+            f"{latency:.1f}s after the event: run {retraining_run['dag_run_id']}"
         )
-        events = api.upstream_asset_events(RETRAINING_DAG, retraining_run["dag_run_id"])
         announced = [str((e.get("extra") or {}).get("dataset_version")) for e in events]
         if version not in announced:
             raise AirflowLoopError(
