@@ -15,7 +15,7 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, task
-from toolrl_assets import VALIDATED_DATASET
+from toolrl_plugins.assets import VALIDATED_DATASET
 from toolrl_plugins.callbacks import on_task_failure
 
 from training.pipeline.config import load_pipeline_config

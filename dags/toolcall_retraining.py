@@ -18,7 +18,7 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, task
-from toolrl_assets import CHAMPION_MODEL, VALIDATED_DATASET
+from toolrl_plugins.assets import CHAMPION_MODEL, VALIDATED_DATASET
 from toolrl_plugins.callbacks import on_task_failure
 from toolrl_plugins.operators import SubmitRayTrainingOperator, WaitRayJobOperator
 

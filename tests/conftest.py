@@ -6,11 +6,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.ray_head import ray_head
+from testkit.ray_head import RayHead, ray_head
 
 
 @pytest.fixture(scope="session")
-def ray_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Ray head (ray[default], Jobs API on 127.0.0.1) for the whole session."""
-    with ray_head(tmp_path_factory.mktemp("ray")) as address:
-        yield address
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+    """A real Ray head (ray[default], Jobs API on 127.0.0.1, token auth on) for the session."""
+    with ray_head(tmp_path_factory.mktemp("ray")) as head:
+        yield head
+
+
+@pytest.fixture(scope="session")
+def ray_address(ray_cluster: RayHead) -> str:
+    return ray_cluster.address
+
+
+@pytest.fixture(scope="session")
+def ray_token(ray_cluster: RayHead) -> str:
+    return ray_cluster.token

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -29,4 +30,12 @@ def mcp_endpoint() -> tuple[str, str | None]:
 
 
 def mlflow_uri() -> str:
+    """The tracking server's URL. The connection's login and password, when set, become
+    MLflow's basic-auth credentials for this task process (MLFLOW_TRACKING_USERNAME /
+    _PASSWORD, which MLflow's client reads on every request), so they never need to be part
+    of a URI that MLflow would record."""
+    conn: Any = BaseHook.get_connection("toolrl_mlflow")
+    if conn.login:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = str(conn.login)
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = str(conn.password or "")
     return http_url("toolrl_mlflow")

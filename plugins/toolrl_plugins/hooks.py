@@ -1,4 +1,8 @@
-"""RayJobsHook: the `toolrl_ray` connection -> a Ray `JobSubmissionClient`."""
+"""RayJobsHook: the `toolrl_ray` connection -> a Ray `JobSubmissionClient`.
+
+The connection's host and port are the Jobs API (the head's dashboard port); its password is
+the cluster's token when Ray runs with RAY_AUTH_MODE=token. The token stays in the
+connection: it is sent as a header, never put in a job's runtime_env, a log or XCom."""
 
 from __future__ import annotations
 
@@ -34,4 +38,5 @@ class RayJobsHook(BaseHook):
     def get_client(self) -> Any:
         from training.jobs.submit import connect
 
-        return connect(self.address())
+        conn = self.get_connection(self.ray_conn_id)
+        return connect(address_from_connection(conn), str(conn.password or "") or None)

@@ -91,9 +91,8 @@ class WaitRayJobOperator(BaseOperator):
         self.poll_interval_s = poll_interval_s
 
     def execute(self, context: Any) -> None:
-        address = RayJobsHook(self.ray_conn_id).address()
         self.defer(
-            trigger=RayJobTrigger(address, self.submission_id, self.poll_interval_s),
+            trigger=RayJobTrigger(self.ray_conn_id, self.submission_id, self.poll_interval_s),
             method_name="execute_complete",
         )
 

@@ -84,8 +84,8 @@ def test_parsing_touches_no_network_connections_or_variables(
 
 def test_the_folder_parses_as_the_dag_processor_parses_it(tmp_path: Path) -> None:
     """No sys.path help from this test suite: only Airflow's own configuration (DAGS_FOLDER,
-    PLUGINS_FOLDER), as the dag-processor runs. Airflow puts both folders on sys.path itself;
-    the DAGs' `toolrl_assets` and `toolrl_plugins` imports rely on exactly that."""
+    PLUGINS_FOLDER). Airflow puts the plugins folder on sys.path in every process; the DAG
+    folder only in the dag-processor, so the DAGs import nothing from beside themselves."""
     import os
 
     env = {

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from testkit.airflow_env import migrate
+from testkit.ray_head import RayHead
 from training.demo.run import mcp_service, mlflow_service
 from training.demo.services import ManagedService, free_port
 
@@ -64,7 +65,9 @@ IMPOSSIBLE = {
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, ray_address: str) -> Iterator[dict[str, Any]]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, ray_cluster: RayHead
+) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("e2e")
     ports = {"mlflow": free_port(), "mcp": free_port(), "mcp_real": free_port()}
     mlflow_url = f"http://127.0.0.1:{ports['mlflow']}"
@@ -96,7 +99,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, ray_address: str) -> Iterato
         )
         with pytest.MonkeyPatch.context() as patch:
             for key, value in {
-                "AIRFLOW_CONN_TOOLRL_RAY": ray_address,
+                "AIRFLOW_CONN_TOOLRL_RAY": ray_cluster.connection_uri,
                 "AIRFLOW_CONN_TOOLRL_MLFLOW": mlflow_url,
                 "AIRFLOW_CONN_TOOLRL_MCP": mcp_url,
                 "MLFLOW_TRACKING_URI": mlflow_url,

@@ -25,8 +25,8 @@ from training.jobs.submit import (
 
 
 @pytest.fixture(scope="module")
-def ray_client(ray_address: str) -> Any:
-    return connect(ray_address)
+def ray_client(ray_address: str, ray_token: str) -> Any:
+    return connect(ray_address, ray_token)
 
 
 def wait_for(client: Any, job_id: str, states: set[str], timeout_s: float = 90) -> str:

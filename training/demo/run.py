@@ -34,7 +34,9 @@ from training.demo.report import (
     start_line,
 )
 from training.demo.services import ManagedService, ServiceStack, free_port, service_stack
+from training.jobs.auth import new_token, ray_auth_env
 from training.pipeline.config import REPO_ROOT
+from training.registry.auth import Identity, RegistryCredentials, provision, server_env
 from training.spec.model import load_spec
 
 console = Console(stderr=True)
@@ -49,6 +51,18 @@ class DemoError(RuntimeError):
     pass
 
 
+def mlflow_connection(ports: dict[str, int], pipeline: Identity) -> str:
+    """The `toolrl_mlflow` connection: the server, the pipeline identity as login/password
+    (the tasks hand them to MLflow's client; they never become part of a tracking URI)."""
+    return f"http://{pipeline.username}:{pipeline.password}@127.0.0.1:{ports['mlflow']}"
+
+
+def ray_connection(ports: dict[str, int], ray_token: str) -> str:
+    """The `toolrl_ray` connection: the Jobs API, the cluster's token as its password (sent as
+    a bearer header). Only Airflow gets it, never the other services' environment."""
+    return f"http://:{ray_token}@127.0.0.1:{ports['ray_dashboard']}"
+
+
 def _env(workdir: Path, ports: dict[str, int]) -> dict[str, str]:
     mcp = f"http://127.0.0.1:{ports['mcp_mock']}/mcp"
     mlflow = f"http://127.0.0.1:{ports['mlflow']}"
@@ -58,7 +72,6 @@ def _env(workdir: Path, ports: dict[str, int]) -> dict[str, str]:
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW_CONN_TOOLRL_RAY": f"http://127.0.0.1:{ports['ray_dashboard']}",
         "AIRFLOW_CONN_TOOLRL_MLFLOW": mlflow,
         "AIRFLOW_CONN_TOOLRL_MCP": mcp,
         "MLFLOW_TRACKING_URI": mlflow,
@@ -100,17 +113,29 @@ def _write_pipeline_config(workdir: Path, rows: int, env: dict[str, str], api_po
         "airflow": {"api_port": api_port},
     }
     path = workdir / "pipeline.yaml"
+    path.touch(mode=0o600)  # it holds the connections, the Ray token among them
+    path.chmod(0o600)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
-def mlflow_service(root: Path, port: int, log: Path, env: dict[str, str]) -> ManagedService:
-    """An MLflow tracking + registry server on SQLite with a local artifact store."""
+def mlflow_service(
+    root: Path,
+    port: int,
+    log: Path,
+    env: dict[str, str],
+    auth: RegistryCredentials | None = None,
+) -> ManagedService:
+    """An MLflow tracking + registry server on SQLite with a local artifact store; with
+    `auth`, the basic-auth app (anonymous 401, serving read-only, pipeline owns the model)."""
+    auth_args = ["--app-name", "basic-auth"] if auth else []
+    auth_env = server_env(auth, root) if auth else {}
     return ManagedService(
-        "MLflow server",
+        "MLflow server" + (" (basic auth)" if auth else ""),
         [
             str(BIN / "mlflow"),
             "server",
+            *auth_args,
             "--backend-store-uri",
             f"sqlite:///{root / 'mlflow.db'}",
             "--artifacts-destination",
@@ -124,7 +149,7 @@ def mlflow_service(root: Path, port: int, log: Path, env: dict[str, str]) -> Man
         ],
         f"http://127.0.0.1:{port}/health",
         log,
-        {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        {**env, **auth_env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
 
 
@@ -151,10 +176,18 @@ def mcp_service(mode: str, port: int, log: Path, env: dict[str, str]) -> Managed
 
 
 def start_services(
-    stack: ServiceStack, workdir: Path, env: dict[str, str], ports: dict[str, int]
+    stack: ServiceStack,
+    workdir: Path,
+    env: dict[str, str],
+    ports: dict[str, int],
+    ray_token: str,
+    registry: RegistryCredentials,
 ) -> None:
     logs = workdir / "logs"
-    stack.start(mlflow_service(workdir / "mlflow", ports["mlflow"], logs / "mlflow.log", env))
+    stack.start(
+        mlflow_service(workdir / "mlflow", ports["mlflow"], logs / "mlflow.log", env, registry)
+    )
+    provision(env["MLFLOW_TRACKING_URI"], registry)
     stack.start(mcp_service("mock", ports["mcp_mock"], logs / "mcp-mock.log", env))
     stack.start(mcp_service("real", ports["mcp_real"], logs / "mcp-real.log", env))
     ray_tmp = Path(tempfile.mkdtemp(prefix="toolrl-ray-"))  # short: Ray's socket paths
@@ -177,7 +210,9 @@ def start_services(
             ],
             f"http://127.0.0.1:{ports['ray_dashboard']}/api/version",
             logs / "ray.log",
-            env,
+            # the job drivers inherit the head's env: the token, and the pipeline identity
+            # that logs training runs to MLflow (never put in a job's runtime_env)
+            {**env, **ray_auth_env(ray_token), **registry.pipeline.client_env()},
             start_timeout_s=180,
         )
     )
@@ -251,9 +286,17 @@ def ask_front_door(base_url: str) -> dict[str, Any]:
 
 
 def serve_and_chat(
-    stack: ServiceStack, workdir: Path, env: dict[str, str], ports: dict[str, int]
+    stack: ServiceStack,
+    workdir: Path,
+    env: dict[str, str],
+    ports: dict[str, int],
+    reader: dict[str, str],
 ) -> dict[str, Any]:
-    serving_env = {**env, "TOOLRL_MCP_URL": f"http://127.0.0.1:{ports['mcp_real']}/mcp"}
+    serving_env = {
+        **env,
+        **reader,  # the serving identity: it may read the registry, never move an alias
+        "TOOLRL_MCP_URL": f"http://127.0.0.1:{ports['mcp_real']}/mcp",
+    }
     stack.start(
         ManagedService(
             "champion serving (CPU engine server + front door)",
@@ -301,15 +344,26 @@ def describe_answer(answer: dict[str, Any]) -> str:
     return f"{content!r} after {len(calls)} real MCP tool call{plural}: {rendered}"
 
 
-def current_champion(tracking_uri: str, name: str = MODEL_NAME) -> str | None:
+def current_champion(
+    tracking_uri: str, reader: Identity | None = None, name: str = MODEL_NAME
+) -> str | None:
     """The registry's `champion` version now (after this run's gate), or None if none yet:
-    a rejected candidate leaves an earlier demo run's champion in place, and that one serves."""
+    a rejected candidate leaves an earlier demo run's champion in place, and that one serves.
+    Read as `reader` (the serving identity) when the registry has auth on."""
     from training.registry.registry import RegistryError, resolve
 
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    os.environ.update(reader.client_env() if reader else {})
     try:
         return resolve(tracking_uri, f"models:/{name}@champion").version
     except RegistryError:
         return None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _summary(
@@ -442,8 +496,15 @@ def run_demo(
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     names = ("mlflow", "mcp_mock", "mcp_real", "ray", "ray_dashboard", "frontdoor", "airflow")
     ports = {name: free_port() for name in (*names, "airflow_worker_logs", "airflow_trigger_logs")}
+    ray_token = new_token()  # per demo: the head requires it, the Airflow connection holds it
+    registry = RegistryCredentials.load_or_generate(workdir / "mlflow" / "credentials.json")
     env = _env(workdir, ports)
-    config_path = _write_pipeline_config(workdir, rows, env, ports["airflow"])
+    secured = {
+        **env,
+        "AIRFLOW_CONN_TOOLRL_RAY": ray_connection(ports, ray_token),
+        "AIRFLOW_CONN_TOOLRL_MLFLOW": mlflow_connection(ports, registry.pipeline),
+    }
+    config_path = _write_pipeline_config(workdir, rows, secured, ports["airflow"])
     cpu = load_spec(DEMO_SPEC).cpu
 
     def watch_training() -> CheckpointWatcher:
@@ -455,15 +516,15 @@ def run_demo(
 
     handle: AirflowHandle | None = None
     with service_stack() as stack:
-        start_services(stack, workdir, env, ports)
+        start_services(stack, workdir, env, ports, ray_token, registry)
         if dags_test:
-            dataset = _with_dags_test(workdir, env, watch_training)
+            dataset = _with_dags_test(workdir, secured, watch_training)
         else:
             dataset, handle = _on_airflow(
                 stack, workdir, env, ports, config_path, rows, watch_training
             )
         promoted, reasons = gate_outcome(workdir)
-        champion = current_champion(env["MLFLOW_TRACKING_URI"])
+        champion = current_champion(env["MLFLOW_TRACKING_URI"], registry.serving)
         answer: dict[str, Any] = {}
         if not promoted:  # a rejection is a result of the gate, not a failure of the pipeline
             kept = (
@@ -473,7 +534,7 @@ def run_demo(
             )
             console.print(f"[yellow]the gate rejected the candidate: {reasons}. {kept}.[/yellow]")
         if champion:
-            answer = serve_and_chat(stack, workdir, env, ports)
+            answer = serve_and_chat(stack, workdir, env, ports, registry.serving.client_env())
         _shoot_pages(workdir, dataset, handle)
         _summary(workdir, dataset, env, answer, time.monotonic() - started, champion, promoted)
         _print_airflow_access(handle)

@@ -37,9 +37,13 @@ def free_port() -> int:
 
 
 def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """The server answers: any status below 500 counts (a 401 from a service with auth on,
+    such as Ray's Jobs API with token auth, still means it is up)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - loopback
             return 200 <= int(response.status) < 500
+    except urllib.error.HTTPError as exc:
+        return 200 <= int(exc.code) < 500
     except (urllib.error.URLError, OSError, ValueError):
         return False
 

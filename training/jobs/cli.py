@@ -20,10 +20,14 @@ def _address(value: str | None) -> str:
 
 
 def _client(address: str | None) -> object:
-    from training.jobs.submit import RayUnavailableError, connect
+    """A Jobs API client sending $RAY_AUTH_TOKEN (Ray's own variable) when it is set."""
+    from training.jobs.submit import RayAuthError, RayUnavailableError, connect
 
     try:
-        return connect(_address(address))
+        return connect(_address(address), os.environ.get("RAY_AUTH_TOKEN") or None)
+    except RayAuthError as exc:
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(77) from exc  # EX_NOPERM
     except RayUnavailableError as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(75) from exc  # EX_TEMPFAIL: retryable

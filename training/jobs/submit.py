@@ -147,12 +147,46 @@ def runtime_env(
     return result
 
 
-def connect(address: str) -> Any:
+class RayAuthError(RuntimeError):
+    """The Ray Jobs API refused the request's token (none sent, or the wrong one). Not
+    retryable: a retry sends the same token."""
+
+
+AUTH_HINT = (
+    "The cluster runs with RAY_AUTH_MODE=token: give the submitter the cluster's token "
+    "(`ray get-auth-token` on the head): the password of the Airflow connection `toolrl_ray`, "
+    "or RAY_AUTH_TOKEN for the `toolrl train` commands."
+)
+
+
+def auth_failure(exc: BaseException, address: str) -> RayAuthError | None:
+    """A RayAuthError naming what is wrong when `exc` is Ray's 401/403, else None."""
+    text = str(exc)
+    if "Authentication required" in text or "401" in text.split("\n")[0]:
+        return RayAuthError(
+            f"the Ray Jobs API at {address} wants a token and none was sent. {AUTH_HINT}"
+        )
+    if "Authentication failed" in text or "403" in text.split("\n")[0]:
+        return RayAuthError(
+            f"the Ray Jobs API at {address} refused the token it was sent. {AUTH_HINT}"
+        )
+    return None
+
+
+def connect(address: str, token: str | None = None) -> Any:
+    """A Jobs API client; with `token`, every request carries it as a bearer token (Ray's
+    token authentication, RAY_AUTH_MODE=token on the cluster)."""
     from ray.job_submission import JobSubmissionClient
 
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        return JobSubmissionClient(address)
-    except (ConnectionError, RuntimeError, OSError, ValueError) as exc:
+        return JobSubmissionClient(address, headers=headers)
+    except Exception as exc:  # its version check raises Ray's AuthenticationError on 401/403
+        refused = auth_failure(exc, address)
+        if refused is not None:
+            raise refused from None
+        if not isinstance(exc, (ConnectionError, RuntimeError, OSError, ValueError)):
+            raise
         raise RayUnavailableError(
             f"cannot reach the Ray Jobs API at {address}: {str(exc).splitlines()[0][:200]}. "
             "Is the Ray head running (ray start --head) with ray[default] installed?"
@@ -163,8 +197,11 @@ def get_status(client: Any, job_id: str) -> str | None:
     """The job's status, or None when no job has that id."""
     try:
         return str(client.get_job_status(job_id).value)
-    except RuntimeError as exc:
-        if "does not exist" in str(exc) or "404" in str(exc):
+    except Exception as exc:  # Ray raises RuntimeError, or its AuthenticationError on 401/403
+        refused = auth_failure(exc, str(getattr(client, "_address", "the cluster")))
+        if refused is not None:
+            raise refused from None
+        if isinstance(exc, RuntimeError) and ("does not exist" in str(exc) or "404" in str(exc)):
             return None
         raise
 

@@ -42,7 +42,16 @@ class AirflowApi:
     def token(self) -> str:
         """A JWT for the API and the UI (the UI reads it from the `_token` cookie)."""
         if self._token is None:
-            response = self._send("POST", "/auth/token", json=self._login, auth=False)
+            try:
+                response = self._send("POST", "/auth/token", json=self._login, auth=False)
+            except AirflowUnavailableError:
+                raise
+            except AirflowApiError as exc:
+                raise AirflowApiError(
+                    f"the Airflow login was refused for user {self._login['username']!r} at "
+                    f"{self.base_url} ({exc}); the generated login is in "
+                    "WORKDIR/airflow/ui_login.json"
+                ) from exc
             self._token = str(response.json()["access_token"])
         return self._token
 

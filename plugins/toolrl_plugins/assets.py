@@ -1,4 +1,8 @@
-"""Assets shared by producer and consumer DAGs (one module, one definition each)."""
+"""Assets shared by producer and consumer DAGs (one module, one definition each).
+
+In the plugins package, not the DAG folder: Airflow puts PLUGINS_FOLDER on sys.path in every
+process that loads its settings, while DAGS_FOLDER is only added by the dag-processor, so a
+plain `DagBag()` (a test, a CI parse check) could not import a module that lived beside the DAGs."""
 
 from __future__ import annotations
 
