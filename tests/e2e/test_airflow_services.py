@@ -15,6 +15,8 @@ The tests in this module run in order and share one deployment (starting it take
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import stat
 import subprocess
@@ -27,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testkit.ray_head import RayHead
+from testkit.ray_head import RayHead, ray_head
 from training.demo.run import mcp_service, mlflow_service
 from training.demo.services import ManagedService, free_port
 from training.orchestrator.follow import RunFollowError, follow_run, wait_for_run
@@ -42,6 +44,7 @@ from training.orchestrator.services import (
     up,
 )
 from training.pipeline.config import load_pipeline_config
+from training.registry.auth import RegistryCredentials, provision
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 BIN = Path(sys.executable).parent
@@ -113,7 +116,33 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, ray_cluster: RayHead) -> Iterator[Stack]:
+def registry() -> RegistryCredentials:
+    return RegistryCredentials.generate()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(
+    tmp_path_factory: pytest.TempPathFactory, registry: RegistryCredentials
+) -> Iterator[RayHead]:
+    """This module's own Ray head (token auth on): its job drivers inherit the pipeline's
+    MLflow identity from the head, as on a cluster where it comes from a Secret."""
+    import shutil
+    import tempfile
+
+    short = Path(tempfile.mkdtemp(prefix="toolrl-ray-"))  # Ray's socket paths: 107 bytes max
+    try:
+        with ray_head(short, extra_env=registry.pipeline.client_env()) as head:
+            yield head
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    ray_cluster: RayHead,
+    registry: RegistryCredentials,
+) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("airflow-e2e")
     ports = {"mlflow": free_port(), "mcp": free_port()}
     mlflow_url = f"http://127.0.0.1:{ports['mlflow']}"
@@ -122,11 +151,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, ray_cluster: RayHead) -> Ite
     layout = AirflowLayout(root)
     try:
         for service in (
-            mlflow_service(root, ports["mlflow"], root / "mlflow.log", {}),
+            mlflow_service(root, ports["mlflow"], root / "mlflow.log", {}, registry),
             mcp_service("mock", ports["mcp"], root / "mcp.log", {}),
         ):
             service.start()
             started.append(service)
+        provision(mlflow_url, registry)
+        pipeline = registry.pipeline
         (root / "spec.yaml").write_text(yaml.safe_dump(TINY_SPEC))
         (root / "lenient.yaml").write_text(yaml.safe_dump(LENIENT))
         (root / "pipeline.yaml").write_text(
@@ -143,7 +174,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, ray_cluster: RayHead) -> Ite
                     "retries": 1,
                     "connections": {
                         "toolrl_ray": ray_cluster.connection_uri,
-                        "toolrl_mlflow": mlflow_url,
+                        "toolrl_mlflow": mlflow_url.replace(
+                            "http://", f"http://{pipeline.username}:{pipeline.password}@"
+                        ),
                         "toolrl_mcp": mcp_url,
                     },
                 }
@@ -159,7 +192,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory, ray_cluster: RayHead) -> Ite
         result = up(layout, airflow_ports, config, root / "pipeline.yaml", extra_env=env)
         assert result.new_password  # generated on the first start
         user, password = read_login(layout)
-        with AirflowApi(airflow_ports.api_url, user, password) as api:
+        with (
+            AirflowApi(airflow_ports.api_url, user, password) as api,
+            pytest.MonkeyPatch.context() as patch,
+        ):
+            for key, value in registry.serving.client_env().items():
+                patch.setenv(key, value)  # this test process reads the registry, read-only
             api.wait_parsed([DATASET, RETRAINING])
             yield Stack(root, api, layout, env)
     finally:
@@ -344,3 +382,59 @@ def test_rest_errors_name_the_call(stack: Stack) -> None:
         stack.api.trigger("no_such_dag")
     with pytest.raises(AirflowApiError, match="login was refused for user 'admin'"):
         AirflowApi(stack.api.base_url, "admin", "wrong").dag(RETRAINING)
+
+
+def test_no_credential_leaks_into_logs_xcom_runtime_env_or_mlflow(
+    stack: Stack, ray_cluster: RayHead, registry: RegistryCredentials
+) -> None:
+    """After every run above: the Ray token and the MLflow passwords appear nowhere a user
+    or an operator can read them without being given them."""
+    from mlflow import MlflowClient
+
+    from training.jobs.submit import connect
+
+    secrets = {
+        "ray token": ray_cluster.token,
+        "mlflow admin": registry.admin.password,
+        "mlflow pipeline": registry.pipeline.password,
+        "mlflow serving": registry.serving.password,
+    }
+    places: dict[str, str] = {}
+    for log in [*stack.root.rglob("*.log"), *ray_cluster.log.parent.rglob("*.log")]:
+        places[str(log)] = log.read_text(errors="replace")
+    for run in stack.retraining_runs() + stack.api.dag_runs(DATASET):
+        dag_id, run_id = run["dag_id"], run["dag_run_id"]
+        for task_id in stack.api.task_states(dag_id, run_id):
+            with contextlib.suppress(AirflowApiError):  # tasks that returned nothing
+                places[f"xcom {dag_id}/{run_id}/{task_id}"] = json.dumps(
+                    stack.api.xcom(dag_id, run_id, task_id)
+                )
+            with contextlib.suppress(AirflowApiError):
+                places[f"task log {dag_id}/{run_id}/{task_id}"] = stack.api.task_log(
+                    dag_id, run_id, task_id
+                )
+    for job in connect(ray_cluster.address, ray_cluster.token).list_jobs():
+        places[f"ray job {job.submission_id}"] = json.dumps(
+            {"runtime_env": job.runtime_env, "metadata": job.metadata, "entry": job.entrypoint}
+        )
+    client = MlflowClient(stack.env["MLFLOW_TRACKING_URI"])
+    for experiment in client.search_experiments():
+        for run in client.search_runs([experiment.experiment_id]):
+            places[f"mlflow run {run.info.run_id}"] = json.dumps(
+                {"params": run.data.params, "tags": run.data.tags}
+            )
+    for version in client.search_model_versions(f"name='{MODEL}'"):
+        places[f"mlflow version {version.version}"] = json.dumps(
+            {"tags": version.tags, "source": version.source}
+        )
+    assert len(places) > 20  # the scan saw logs, XComs, jobs and registry entries
+    assert any(k.startswith("ray job") for k in places) and any("xcom" in k for k in places)
+    leaks = [
+        f"{what} in {where}"
+        for where, text in places.items()
+        for what, secret in secrets.items()
+        if secret in text
+    ]
+    assert leaks == []
+    # and Ray's own warning about an open cluster never appeared
+    assert not any("Token authentication is disabled" in text for text in places.values())

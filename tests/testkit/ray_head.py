@@ -34,7 +34,12 @@ class RayHead:
 
 
 @contextmanager
-def ray_head(tmp: Path, num_cpus: int = 2, timeout_s: float = 90.0) -> Iterator[RayHead]:
+def ray_head(
+    tmp: Path,
+    num_cpus: int = 2,
+    timeout_s: float = 90.0,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[RayHead]:
     """Start `ray start --head --block` with token auth; yield it; stop the whole group."""
     bin_dir = Path(sys.executable).parent
     port, dashboard = free_port(), free_port()
@@ -47,6 +52,7 @@ def ray_head(tmp: Path, num_cpus: int = 2, timeout_s: float = 90.0) -> Iterator[
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_DEDUP_LOGS": "0",
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        **(extra_env or {}),  # inherited by the job drivers (e.g. an MLflow identity)
     }
     head = ManagedService(
         "ray head",

