@@ -113,6 +113,7 @@ async def run_load(
     seconds: float,
     midway: Any = None,
     question: str = QUESTION,
+    api_key: str | None = None,
 ) -> tuple[Load, float]:
     import aiohttp
 
@@ -120,7 +121,8 @@ async def run_load(
     stop_at = time.perf_counter() + seconds
     timeout = aiohttp.ClientTimeout(total=600)
     connector = aiohttp.TCPConnector(limit=clients + 4)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=headers) as http:
 
         async def client() -> None:
             while time.perf_counter() < stop_at:
@@ -239,13 +241,130 @@ def instant_upstream_phase(
     return summary
 
 
+def auth_side_by_side(args: argparse.Namespace) -> None:
+    """Two front doors over one instant scripted model server, one open and one requiring
+    its API key, driven in interleaved rounds: what the key check costs per request."""
+    import secrets
+
+    import pandas as pd
+
+    from training.demo.run import BIN, mcp_service
+    from training.demo.services import ManagedService, free_port, service_stack
+
+    tests = sorted((args.workdir / "datasets").glob("*/test.parquet"))
+    if not tests:
+        raise SystemExit(f"no dataset under {args.workdir / 'datasets'}: run `make demo` first")
+    rows = pd.read_parquet(tests[-1])
+    question = str(rows[rows["category"] == "single"].iloc[0]["query"])
+    key = secrets.token_hex(32)
+    ports = {k: free_port() for k in ("mcp", "scripted", "open", "keyed")}
+    env = {
+        "TOOLRL_MCP_URL": f"http://127.0.0.1:{ports['mcp']}/mcp",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    scratch = Path(tempfile.mkdtemp(prefix="toolrl-bench-frontdoor-auth-"))
+    logs = scratch / "logs"
+    rounds: dict[str, list[dict[str, Any]]] = {"no_key": [], "api_key": []}
+    with service_stack() as stack:
+        stack.start(mcp_service("real", ports["mcp"], logs / "mcp.log", env))
+        stack.start(
+            ManagedService(
+                "scripted model server (instant)",
+                [*SCRIPTED, "--data", str(tests[-1]), "--port", str(ports["scripted"])],
+                f"http://127.0.0.1:{ports['scripted']}/health",
+                logs / "scripted.log",
+                env,
+            )
+        )
+        for name, extra in (("open", {}), ("keyed", {"TOOLRL_FRONTDOOR_API_KEY": key})):
+            door = ports[name]
+            stack.start(
+                ManagedService(
+                    f"toolrl frontdoor ({name})",
+                    [
+                        str(BIN / "toolrl"),
+                        "frontdoor",
+                        "--upstream",
+                        f"http://127.0.0.1:{ports['scripted']}/v1",
+                        "--model",
+                        "scripted",
+                        "--port",
+                        str(door),
+                    ],
+                    f"http://127.0.0.1:{door}/health",
+                    logs / f"frontdoor-{name}.log",
+                    {**env, **extra},
+                )
+            )
+        for r in range(args.rounds):
+            for label, port, api_key in (
+                ("no_key", ports["open"], None),
+                ("api_key", ports["keyed"], key),
+            ):
+                load, wall = asyncio.run(
+                    run_load(
+                        f"http://127.0.0.1:{port}/v1",
+                        "scripted",
+                        args.clients,
+                        args.seconds,
+                        question=question,
+                        api_key=api_key,
+                    )
+                )
+                summary = summarise(load, wall)
+                rounds[label].append(summary)
+                print(f"round {r + 1} {label:8s} {json.dumps(summary)}", flush=True)
+
+    def median(label: str, field_name: str) -> float:
+        return float(statistics.median(float(x[field_name] or 0.0) for x in rounds[label]))
+
+    report = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "clients": args.clients,
+        "seconds_per_round": args.seconds,
+        "rounds": rounds,
+        "median": {
+            label: {
+                f: median(label, f)
+                for f in ("latency_ms_p50", "front_door_only_ms_p50", "requests_per_s", "failed")
+            }
+            for label in rounds
+        },
+    }
+    report["ratios"] = {
+        "latency_p50_key_over_open": round(
+            median("api_key", "latency_ms_p50") / median("no_key", "latency_ms_p50"), 3
+        ),
+        "front_door_only_p50_key_over_open": round(
+            median("api_key", "front_door_only_ms_p50")
+            / max(median("no_key", "front_door_only_ms_p50"), 1e-9),
+            3,
+        ),
+    }
+    report["target"] = "the API key adds at most 5% to the front door's latency"
+    out = args.out.with_name("frontdoor_auth.json") if args.out == RESULTS else args.out
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report["ratios"]), f"wrote {out}")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "demo")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--auth",
+        action="store_true",
+        help="Only the API key's cost: two front doors (open, keyed) over the instant "
+        "scripted model, interleaved rounds of --seconds each (results/frontdoor_auth.json).",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds per door with --auth.")
     args = parser.parse_args()
+    if args.auth:
+        auth_side_by_side(args)
+        return
 
     from training.demo.run import BIN, MODEL_NAME, mcp_service, mlflow_service
     from training.demo.services import ManagedService, free_port, service_stack

@@ -12,6 +12,9 @@ rollout trajectory does), a mix of the nine stateless catalog tools. Scenarios:
                                 (stateful, SSE replies), driven by its own client
 - SDK default + bridge client   the same server with a lean keep-alive client
 
+`--auth` measures only what the bearer token costs: the same server with and without it,
+rounds interleaved (writes benchmarks/results/mcp_auth.json).
+
 Also: bridge CPU per call (client process CPU / calls), the bridge's added latency over a
 raw HTTP POST of the same JSON-RPC body (sequential calls), and verl-tool (`McpTool`)
 overhead. Writes benchmarks/results/mcp.json. Run it when the machine is quiet (load < 2).
@@ -217,8 +220,10 @@ async def drive(caller: Caller, calls: int, sessions: int) -> dict[str, Any]:
     }
 
 
-async def bridge_scenario(url: str, calls: int, sessions: int, protocol: str) -> dict[str, Any]:
-    client = McpHttpClient(url, max_concurrency=sessions * 2, protocol=protocol)  # type: ignore[arg-type]
+async def bridge_scenario(
+    url: str, calls: int, sessions: int, protocol: str, token: str | None = None
+) -> dict[str, Any]:
+    client = McpHttpClient(url, token, max_concurrency=sessions * 2, protocol=protocol)  # type: ignore[arg-type]
 
     async def caller(session: int, i: int) -> bool:
         name, args = MIX[i % len(MIX)]
@@ -361,6 +366,62 @@ async def verl_tool_overhead(url: str, calls: int = 1500) -> dict[str, Any]:
     }
 
 
+def auth_side_by_side(opts: argparse.Namespace) -> None:
+    """The same server and client with and without the bearer token, rounds interleaved:
+    what requiring the token costs per call (issue 18's target: at most 5%)."""
+    import secrets
+
+    token = secrets.token_hex(32)
+    open_config = ServerConfig(mode="mock", port=0, workers=opts.workers, log_level="warning")
+    auth_config = open_config.model_copy(update={"token": token})
+    with start(open_config) as plain, start(auth_config) as guarded:
+        plan = [
+            ("no_auth", plain, None),
+            ("bearer_token", guarded, token),
+        ]
+        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in plan}
+        for r in range(opts.rounds):
+            for name, server, key in plan:
+                pids = [p.pid for p in server.processes if p.pid is not None]
+                result = measured(
+                    pids,
+                    lambda s=server, k=key: asyncio.run(  # type: ignore[misc]
+                        bridge_scenario(s.url, opts.calls, opts.sessions, "auto", k)
+                    ),
+                )
+                rounds[name].append(result)
+                print(
+                    f"round {r + 1} {name:13s} {result['calls_per_s']:8.1f} calls/s "
+                    f"server {result['server_cpu_ms_per_call']:.3f} ms/call "
+                    f"client {result['client_cpu_ms_per_call']:.3f} ms/call "
+                    f"errors {result['errors']}",
+                    flush=True,
+                )
+    summary = {name: median_of(runs) for name, runs in rounds.items()}
+
+    def cost(name: str) -> float:
+        return float(
+            summary[name]["server_cpu_ms_per_call"] + summary[name]["client_cpu_ms_per_call"]
+        )
+
+    report = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "setup": {"sessions": opts.sessions, "calls_per_round": opts.calls, "rounds": opts.rounds},
+        "scenarios": summary,
+        "ratios": {
+            "cpu_cost_per_call_auth_over_open": round(cost("bearer_token") / cost("no_auth"), 3),
+            "calls_per_s_auth_over_open": round(
+                summary["bearer_token"]["calls_per_s"] / summary["no_auth"]["calls_per_s"], 3
+            ),
+        },
+        "target": "auth adds at most 5% to the CPU cost per call",
+    }
+    out = opts.out.with_name("mcp_auth.json") if opts.out == RESULTS else opts.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report["ratios"], indent=2), f"\nwrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=3000)
@@ -369,9 +430,18 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--auth",
+        action="store_true",
+        help="Only the bearer-token cost: our server with and without a token, side by side "
+        "(writes results/mcp_auth.json).",
+    )
     opts = parser.parse_args()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)  # the load generator is tuned like the server
+    if opts.auth:
+        auth_side_by_side(opts)
+        return
     load_before = os.getloadavg()
     report: dict[str, Any] = {
         "machine": {

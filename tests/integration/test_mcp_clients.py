@@ -208,3 +208,25 @@ def test_notes_follow_the_session_across_workers(server: RunningServer) -> None:
                 await client.close()
 
     asyncio.run(scenario())
+
+
+def test_a_refused_token_runs_no_tool(auth_server: RunningServer) -> None:
+    """A call with a missing or wrong token gets 401 and the tool never runs: a note it
+    would have saved is not there for the authorised reader."""
+
+    async def scenario() -> None:
+        good = McpHttpClient(auth_server.url, token=TOKEN)
+        refused = [McpHttpClient(auth_server.url, token="wrong"), McpHttpClient(auth_server.url)]
+        try:
+            for client in refused:
+                with pytest.raises(McpClientError, match="401"):
+                    await client.call_tool(
+                        "save_note", {"title": "t", "content": "leak"}, session="refused"
+                    )
+            read = await good.call_tool("read_note", {"title": "t"}, session="refused")
+            assert "leak" not in read.text
+        finally:
+            for client in (good, *refused):
+                await client.close()
+
+    asyncio.run(scenario())

@@ -246,3 +246,22 @@ def test_scripted_agent_bug_fails_one_request_not_the_server(mcp: RunningServer)
                 assert r.status == 200
         finally:
             front.close()
+
+
+def test_a_refused_key_runs_nothing_upstream(mcp: RunningServer) -> None:
+    """401 before anything happens: the model server sees no request, no tool is called."""
+    received: list[dict[str, Any]] = []
+    with serve_in_thread(weather_script("v1"), received=received) as backend:
+        front = Door(FrontDoorConfig(api_key=KEY))
+        url = front.open(upstream_for(backend, mcp.url, "1"))
+        try:
+            body = b'{"messages": [{"role": "user", "content": "weather in Paris?"}]}'
+            for key in (None, "wrong", KEY[:-1], KEY + "x"):
+                status, payload = raw_post(url, body, key=key)
+                assert status == 401, key
+                assert payload["error"]["type"] == "authentication_error"
+            assert received == []
+            status, _ = raw_post(url, body, key=KEY)
+            assert status == 200 and len(received) == 2  # the key works; then it runs
+        finally:
+            front.close()
