@@ -15,6 +15,11 @@ Who reads what:
 * Ray training pods, the serving pod and the MCP server read the environment only
   (``ServiceSettings.from_env``). Library code takes values as arguments: only entry points
   call ``from_env``.
+* Control-plane credentials are registered too, as required secrets: the Ray cluster token
+  (``RAY_AUTH_TOKEN``, with ``RAY_AUTH_MODE=token``), the MLflow identity of each client
+  (``MLFLOW_TRACKING_USERNAME`` / ``_PASSWORD``), the MCP token and the front door's API key.
+  So the drift test fails for a deployment that leaves one out, and ``secret_keys`` keeps them
+  out of Ray jobs' ``runtime_env``.
 
 This module has no import-time side effects: it reads nothing until ``from_env`` is called with
 a mapping (usually ``os.environ``).
@@ -100,6 +105,21 @@ ENV_VARS: tuple[EnvVar, ...] = (
         default="http://127.0.0.1:5000",
     ),
     EnvVar(
+        "MLFLOW_TRACKING_USERNAME",
+        "MLflow basic-auth user: toolrl-pipeline on Ray (logs runs), toolrl-serving (reads).",
+        _c("ray", "serving", "cli"),
+        required=True,
+        default=None,
+    ),
+    EnvVar(
+        "MLFLOW_TRACKING_PASSWORD",
+        "Password of MLFLOW_TRACKING_USERNAME (MLflow's client sends it on every request).",
+        _c("ray", "serving", "cli"),
+        required=True,
+        default=None,
+        secret=True,
+    ),
+    EnvVar(
         "MLFLOW_S3_ENDPOINT_URL",
         "S3-compatible endpoint for artifacts and checkpoints; unset means AWS S3 itself.",
         _c("ray", "serving", "cli"),
@@ -144,6 +164,21 @@ ENV_VARS: tuple[EnvVar, ...] = (
         default="http://127.0.0.1:8265",
     ),
     EnvVar(
+        "RAY_AUTH_MODE",
+        "Ray's own auth switch: `token` on every Ray node of a deployment.",
+        _c("ray"),
+        required=True,
+        default=None,
+    ),
+    EnvVar(
+        "RAY_AUTH_TOKEN",
+        "Ray cluster token: every node requires it; `toolrl train` sends it to the Jobs API.",
+        _c("ray", "cli"),
+        required=True,
+        default=None,
+        secret=True,
+    ),
+    EnvVar(
         "TOOLRL_MODEL_CACHE",
         "Cache of converted package:// base models (default ~/.cache/toolrl/models).",
         _c("ray", "cli"),
@@ -161,7 +196,15 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "TOOLRL_MCP_TOKEN",
         "Bearer token: the MCP server requires it when set, and its clients send it.",
         _c("ray", "serving", "mcp", "cli"),
-        required=False,
+        required=True,
+        default=None,
+        secret=True,
+    ),
+    EnvVar(
+        "TOOLRL_FRONTDOOR_API_KEY",
+        "Bearer key the serving front door requires (default of `toolrl serve --api-key`).",
+        _c("serving", "cli"),
+        required=True,
         default=None,
         secret=True,
     ),
@@ -240,20 +283,27 @@ ENV_VARS: tuple[EnvVar, ...] = (
         required=False,
         default=None,
     ),
+    EnvVar(
+        "TOOLRL_CHROMIUM",
+        "Browser `toolrl demo` screenshots its pages with (default: a Chromium on PATH).",
+        _c("cli"),
+        required=False,
+        default=None,
+    ),
 )
 
 CONNECTIONS: tuple[AirflowConnection, ...] = (
     AirflowConnection(
         "toolrl_ray",
         "http",
-        "Ray Jobs API (the head's dashboard port) that training jobs are submitted to.",
+        "Ray Jobs API (the head's dashboard port) jobs are submitted to; password = the token.",
         required=True,
         default_uri="http://127.0.0.1:8265",
     ),
     AirflowConnection(
         "toolrl_mlflow",
         "http",
-        "MLflow tracking server and model registry.",
+        "MLflow tracking server and registry; login/password = the pipeline identity.",
         required=True,
         default_uri="http://127.0.0.1:5000",
     ),
@@ -333,15 +383,20 @@ class ServiceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     mlflow_tracking_uri: str = Field(alias="MLFLOW_TRACKING_URI")
+    mlflow_tracking_username: str | None = Field(alias="MLFLOW_TRACKING_USERNAME")
+    mlflow_tracking_password: SecretStr | None = Field(alias="MLFLOW_TRACKING_PASSWORD")
     mlflow_s3_endpoint_url: str | None = Field(alias="MLFLOW_S3_ENDPOINT_URL")
     aws_access_key_id: SecretStr | None = Field(alias="AWS_ACCESS_KEY_ID")
     aws_secret_access_key: SecretStr | None = Field(alias="AWS_SECRET_ACCESS_KEY")
     aws_default_region: str | None = Field(alias="AWS_DEFAULT_REGION")
     s3_bucket: str = Field(alias="TOOLRL_S3_BUCKET", min_length=3, max_length=63)
     ray_address: str | None = Field(alias="TOOLRL_RAY_ADDRESS")
+    ray_auth_mode: str | None = Field(alias="RAY_AUTH_MODE")
+    ray_auth_token: SecretStr | None = Field(alias="RAY_AUTH_TOKEN")
     mcp_url: str = Field(alias="TOOLRL_MCP_URL")
     model_cache: str | None = Field(alias="TOOLRL_MODEL_CACHE")
     mcp_token: SecretStr | None = Field(alias="TOOLRL_MCP_TOKEN")
+    frontdoor_api_key: SecretStr | None = Field(alias="TOOLRL_FRONTDOOR_API_KEY")
     judge_url: str | None = Field(alias="TOOLRL_JUDGE_URL")
     judge_model: str | None = Field(alias="TOOLRL_JUDGE_MODEL")
     judge_api_key: SecretStr | None = Field(alias="TOOLRL_JUDGE_API_KEY")
@@ -352,6 +407,7 @@ class ServiceSettings(BaseModel):
     drift_dir: str | None = Field(alias="TOOLRL_DRIFT_DIR")
     pipeline_config: str | None = Field(alias="TOOLRL_PIPELINE_CONFIG")
     serving_url: str | None = Field(alias="TOOLRL_SERVING_URL")
+    chromium: str | None = Field(alias="TOOLRL_CHROMIUM")
 
     @field_validator(
         "mlflow_tracking_uri",

@@ -56,5 +56,7 @@ def test_helm_env_entries_are_valid_kubernetes_env_vars_offline(
     }
     kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
     for entry in env:
-        if re.search(r"PASSWORD|SECRET|TOKEN|API_KEY|_CONN_TOOLRL_(S3|MCP|JUDGE)", entry["name"]):
+        if re.search(
+            r"PASSWORD|SECRET|TOKEN|API_KEY|_CONN_TOOLRL_(RAY|MLFLOW|S3|MCP|JUDGE)", entry["name"]
+        ):
             assert "valueFrom" in entry, f"{entry['name']} carries credentials: use a Secret"

@@ -109,6 +109,7 @@ class _AutoscalerOptions(_Strict):
     upscalingMode: Literal["Default", "Aggressive", "Conservative"]  # noqa: N815
     idleTimeoutSeconds: int = Field(ge=0)  # noqa: N815
     resources: dict[str, Any]
+    env: list[dict[str, Any]] = Field(default_factory=list)  # the sidecar's env (token auth)
 
 
 class _RayClusterSpec(_Strict):

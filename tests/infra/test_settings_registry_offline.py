@@ -75,12 +75,41 @@ def test_require_for_names_every_missing_required_key_of_that_component() -> Non
     assert "TOOLRL_MCP_URL" in message
     assert "TOOLRL_S3_BUCKET" not in message
     assert "TOOLRL_MODEL_NAME" not in message  # not read by ray
+    assert "RAY_AUTH_TOKEN" in message  # a deployed Ray node runs with token auth
+    assert "MLFLOW_TRACKING_PASSWORD" in message  # and logs to MLflow as a user
     complete = {
         "MLFLOW_TRACKING_URI": "http://mlflow:5000",
+        "MLFLOW_TRACKING_USERNAME": "toolrl-pipeline",
+        "MLFLOW_TRACKING_PASSWORD": "pipeline-password",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": "ray-token",
         "TOOLRL_MCP_URL": "http://mcp-mock:8000/mcp",
+        "TOOLRL_MCP_TOKEN": "mcp-token",
         "TOOLRL_S3_BUCKET": "toolrl",
     }
     assert s.ServiceSettings.from_env(complete, require_for="ray").mcp_url.endswith("/mcp")
+
+
+def test_control_plane_credentials_are_required_secrets() -> None:
+    """A deployment that leaves a control plane's credential out fails the drift test (it is
+    required), and the credential never rides in a Ray job's runtime_env (it is secret)."""
+    expected = {
+        "RAY_AUTH_TOKEN": {"ray"},
+        "MLFLOW_TRACKING_PASSWORD": {"ray", "serving"},
+        "TOOLRL_MCP_TOKEN": {"ray", "serving", "mcp"},
+        "TOOLRL_FRONTDOOR_API_KEY": {"serving"},
+    }
+    for name, components in expected.items():
+        var = s.env_var(name)
+        assert var.required and var.secret, name
+        assert components <= var.read_by, name
+        assert name in s.secret_keys()
+    assert s.env_var("RAY_AUTH_MODE").required
+    assert s.env_var("MLFLOW_TRACKING_USERNAME").required
+    assert not s.env_var("MLFLOW_TRACKING_USERNAME").secret  # a user name, set as plain value
+    for component in ("ray", "serving"):
+        assert "MLFLOW_TRACKING_USERNAME" in s.keys_read_by(component, required_only=True)
+    assert "TOOLRL_FRONTDOOR_API_KEY" in s.keys_read_by("serving", required_only=True)
 
 
 def test_invalid_values_and_unknown_fields_are_rejected() -> None:
