@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testkit.pipeline_specs import lenient_thresholds, tiny_spec
 from testkit.ray_head import RayHead, ray_head
 from training.demo.run import mcp_service, mlflow_service
 from training.demo.services import ManagedService, free_port
@@ -52,33 +53,8 @@ MODEL = "toolrl-airflow-e2e"
 DATASET, RETRAINING = "toolcall_dataset", "toolcall_retraining"
 VALIDATED_URI = "toolrl://datasets/validated"
 
-TINY_SPEC: dict[str, Any] = {
-    "name": "airflow-e2e",
-    "model": {"path": "tiny://hermes", "call_format": "hermes"},
-    "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
-    "rollout": {"n": 2, "max_turns": 2},
-    "batch": {"ppo_mini_batch_size": 2},
-    "checkpoint": {"run_dir": "ckpt", "save_freq": 2, "keep": 1},
-    "drift": {"max_malformed_rate": 1.0, "window": 50},
-    "cpu": {
-        "sft_steps": 4,
-        "sft_batch_size": 2,
-        "sft_save_freq": 4,
-        "grpo_steps": 2,
-        "prompts_per_step": 2,
-        "max_completion_length": 32,
-        "eval_rows": 2,
-        "eval_max_new_tokens": 12,
-        "threads": 2,
-    },
-}
-LENIENT = {
-    "absolute": {"overall.error_rate": {"max": 1.0}},
-    "regression": {},
-    "require_same_data": False,
-    "require_final_step": True,
-    "reject_drift_stop": True,
-}
+TINY_SPEC = tiny_spec("airflow-e2e")
+LENIENT = lenient_thresholds(require_same_data=False)
 
 
 class Stack:

@@ -5,7 +5,6 @@ refused without changing anything."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testkit.pipeline_specs import model_dir
 from training.demo.run import mlflow_service
 from training.demo.services import free_port
 from training.registry.auth import Identity, RegistryCredentials, provision
@@ -47,14 +47,6 @@ def as_identity(monkeypatch: pytest.MonkeyPatch) -> Callable[[Identity], None]:
     return use
 
 
-def _model(root: Path, marker: str) -> Path:
-    path = root / marker
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"model_type": "qwen3", "marker": marker}))
-    (path / "model.safetensors").write_bytes(marker.encode() * 100)
-    return path
-
-
 def _lineage(key: str) -> Lineage:
     return Lineage(run_key=key, dataset_version="d41d8cd9", dataset_validation="passed")
 
@@ -82,9 +74,9 @@ def test_pipeline_registers_and_promotes_serving_reads_but_cannot_move_champion(
     url, creds = registry
     use = as_identity
     use(creds.pipeline)
-    first = register_candidate(url, NAME, _model(tmp_path, "one"), _lineage("run-1"))
+    first = register_candidate(url, NAME, model_dir(tmp_path, "one"), _lineage("run-1"))
     promote(url, NAME, first.version)
-    second = register_candidate(url, NAME, _model(tmp_path, "two"), _lineage("run-2"))
+    second = register_candidate(url, NAME, model_dir(tmp_path, "two"), _lineage("run-2"))
     promote(url, NAME, second.version)
     assert resolve(url, f"models:/{NAME}@champion").version == second.version
 
@@ -95,7 +87,7 @@ def test_pipeline_registers_and_promotes_serving_reads_but_cannot_move_champion(
         client.set_registered_model_alias(NAME, "champion", first.version)
     assert refused.value.get_http_status_code() == 403
     with pytest.raises(MlflowException) as refused_register:
-        register_candidate(url, NAME, _model(tmp_path, "three"), _lineage("run-3"))
+        register_candidate(url, NAME, model_dir(tmp_path, "three"), _lineage("run-3"))
     assert refused_register.value.get_http_status_code() == 403
     assert resolve(url, f"models:/{NAME}@champion").version == second.version  # untouched
 

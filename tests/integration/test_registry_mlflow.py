@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from testkit.pipeline_specs import model_dir
 from training.evaluation.report import EvalReport, EvalSource, write_report
 from training.registry.registry import (
     Lineage,
@@ -23,14 +24,6 @@ from training.registry.registry import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def model_dir(root: Path, marker: str) -> Path:
-    path = root / marker
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"model_type": "qwen3", "marker": marker}))
-    (path / "model.safetensors").write_bytes(marker.encode() * 100)
-    return path
 
 
 def lineage(key: str) -> Lineage:

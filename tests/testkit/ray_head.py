@@ -17,6 +17,7 @@ from pathlib import Path
 
 from training.demo.services import ManagedService, free_port
 from training.jobs.auth import new_token, ray_auth_env
+from training.jobs.local_head import head_command
 
 __all__ = ["RayHead", "free_port", "ray_head"]
 
@@ -56,20 +57,7 @@ def ray_head(
     }
     head = ManagedService(
         "ray head",
-        [
-            str(bin_dir / "ray"),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard}",
-            f"--num-cpus={num_cpus}",
-            "--include-dashboard=true",
-            f"--temp-dir={tmp / 'ray'}",
-            "--disable-usage-stats",
-        ],
+        head_command(bin_dir / "ray", port, dashboard, tmp / "ray", num_cpus),
         f"{address}/api/version",
         tmp / "ray-head.log",
         env,

@@ -35,6 +35,7 @@ from training.demo.report import (
 )
 from training.demo.services import ManagedService, ServiceStack, free_port, service_stack
 from training.jobs.auth import new_token, ray_auth_env
+from training.jobs.local_head import head_command
 from training.pipeline.config import REPO_ROOT
 from training.registry.auth import Identity, RegistryCredentials, provision, server_env
 from training.spec.model import load_spec
@@ -212,20 +213,7 @@ def start_services(
     stack.start(
         ManagedService(
             "Ray head (Jobs API)",
-            [
-                str(BIN / "ray"),
-                "start",
-                "--head",
-                "--block",
-                f"--port={ports['ray']}",
-                "--node-ip-address=127.0.0.1",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={ports['ray_dashboard']}",
-                "--num-cpus=2",
-                "--include-dashboard=true",
-                f"--temp-dir={ray_tmp}",
-                "--disable-usage-stats",
-            ],
+            head_command(BIN / "ray", ports["ray"], ports["ray_dashboard"], ray_tmp),
             f"http://127.0.0.1:{ports['ray_dashboard']}/api/version",
             logs / "ray.log",
             # the job drivers inherit the head's env: the token, and the pipeline identity
@@ -366,7 +354,7 @@ def describe_answer(answer: dict[str, Any]) -> str:
 
 
 def current_champion(
-    tracking_uri: str, reader: Identity | None = None, name: str = MODEL_NAME
+    tracking_uri: str, name: str = MODEL_NAME, reader: Identity | None = None
 ) -> str | None:
     """The registry's `champion` version now (after this run's gate), or None if none yet:
     a rejected candidate leaves an earlier demo run's champion in place, and that one serves.
@@ -546,7 +534,7 @@ def run_demo(
                 stack, workdir, env, ports, config_path, rows, watch_training
             )
         promoted, reasons = gate_outcome(workdir)
-        champion = current_champion(env["MLFLOW_TRACKING_URI"], registry.serving)
+        champion = current_champion(env["MLFLOW_TRACKING_URI"], reader=registry.serving)
         answer: dict[str, Any] = {}
         if not promoted:  # a rejection is a result of the gate, not a failure of the pipeline
             kept = (

