@@ -17,6 +17,10 @@ import httpx
 class AirflowApiError(RuntimeError):
     """The api-server answered, but not with what the call needs."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 class AirflowUnavailableError(AirflowApiError):
     """The api-server did not answer (down, or not started yet)."""
@@ -79,7 +83,8 @@ class AirflowApi:
                 continue
             if response.status_code >= 400:
                 raise AirflowApiError(
-                    f"{method} {path} -> {response.status_code}: {response.text[:500]}"
+                    f"{method} {path} -> {response.status_code}: {response.text[:500]}",
+                    response.status_code,
                 )
             return response
         raise AirflowApiError(f"{method} {path}: the login is refused (401)")
@@ -95,7 +100,7 @@ class AirflowApi:
         except AirflowUnavailableError:
             raise
         except AirflowApiError as exc:
-            if "-> 404" in str(exc):
+            if exc.status == 404:
                 return None
             raise
 

@@ -270,11 +270,7 @@ def restart(
     if deployment is None:
         raise AirflowServiceError(f"no deployment recorded in {layout.registry}")
     ports = AirflowPorts(
-        **{
-            "api": deployment.ports["api"],
-            "worker_logs": deployment.ports["worker_logs"],
-            "trigger_logs": deployment.ports["trigger_logs"],
-        }
+        deployment.ports["api"], deployment.ports["worker_logs"], deployment.ports["trigger_logs"]
     )
     if deployment.services[name].alive():
         raise AirflowServiceError(
