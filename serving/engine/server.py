@@ -8,7 +8,8 @@ serves one request at a time, it is what makes evaluating a 135M model on 100+ h
 conversations take a minute instead of ten (`benchmarks/bench_serving_cpu.py`).
 
 Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/completions` (a raw prompt), `POST
-/v1/chat/completions` (rendered with the model's chat template, `tools` included). Request
+/v1/chat/completions` (rendered with the model's chat template, `tools` included; `stream=true`
+sends the prose token by token and the calls whole once the reply is complete). Request
 bodies are untrusted: size-capped, type-checked, answered with OpenAI-style errors.
 
     python -m serving.engine.server --model DIR --port 8100 [--served-model-name NAME]
@@ -29,8 +30,11 @@ from typing import Any
 
 from aiohttp import web
 
+from serving.answer_stream import AnswerStream
 from serving.engine.engine import Engine, Request, Sampling
+from serving.engine.token_feed import TokenFeed
 from serving.engine.worker import EngineWorker
+from serving.sse import ChunkWriter, ClientGoneError
 
 logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -131,6 +135,26 @@ def _max_tokens(body: dict[str, Any], default: int) -> int:
     return default
 
 
+def _stream_flags(body: dict[str, Any]) -> bool | None:
+    """None for a plain reply; for `stream=true`, whether a usage chunk is wanted."""
+    stream = body.get("stream")
+    if stream is None or stream is False:
+        if body.get("stream_options") is not None:
+            raise BadRequestError("stream_options is only allowed when stream is true")
+        return None
+    if stream is not True:
+        raise BadRequestError("stream must be a boolean")
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise BadRequestError("stream_options must be an object")
+    usage = options.get("include_usage", False)
+    if not isinstance(usage, bool):
+        raise BadRequestError("stream_options.include_usage must be a boolean")
+    return usage
+
+
 def _stops(body: dict[str, Any]) -> list[str]:
     stop = body.get("stop")
     if stop is None:
@@ -171,7 +195,10 @@ class EngineServer:
         return app
 
     async def health(self, _: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "failures": self.handle.worker.failures})
+        worker = self.handle.worker
+        return web.json_response(
+            {"status": "ok", "failures": worker.failures, "in_flight": worker.in_flight}
+        )
 
     async def models(self, _: web.Request) -> web.Response:
         model = {"id": self.handle.name, "object": "model", "owned_by": "toolrl"}
@@ -259,6 +286,11 @@ class EngineServer:
     async def completions(self, http: web.Request) -> web.Response:
         try:
             body = await self._body(http)
+            if body.get("stream"):
+                raise BadRequestError(
+                    "stream=true is supported on /v1/chat/completions only; "
+                    "call /v1/completions without it"
+                )
             prompt_text = body.get("prompt")
             if not isinstance(prompt_text, str) or not prompt_text:
                 raise BadRequestError("prompt must be a non-empty string")
@@ -317,14 +349,17 @@ class EngineServer:
             hint = list(tokenizer(str(system), add_special_tokens=False)["input_ids"])
         return prompt, hint
 
-    async def chat(self, http: web.Request) -> web.Response:
+    async def chat(self, http: web.Request) -> web.StreamResponse:
         try:
             body = await self._body(http)
-            if body.get("stream"):
-                raise BadRequestError("stream=true is not supported by this server")
+            stream = _stream_flags(body)
             forced = forced_call_prefix(body)
             prompt, hint = self._render(body, forced)
             sampling, stops = self._sampling(body), _stops(body)
+            if stream is not None:
+                return await self._stream_chat(
+                    http, prompt, hint, sampling, stops, forced, include_usage=stream
+                )
             request = await self._generate(prompt, sampling, hint, http)
         except BadRequestError as exc:
             return error(exc.status, exc.message)
@@ -348,6 +383,91 @@ class EngineServer:
                 "usage": self._usage(prompt, request),
             }
         )
+
+    async def _stream_chat(
+        self,
+        http: web.Request,
+        prompt: list[int],
+        hint: list[int] | None,
+        sampling: Sampling,
+        stops: list[str],
+        forced: str,
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        """`stream=true`: prose as it is decoded (held back where a call or a stop string may
+        be starting, `serving/answer_stream.py`), then the calls whole, the finish reason,
+        usage when asked, `[DONE]`. A request the engine refuses before its first token
+        still gets a plain JSON error; a failure later ends the stream with an error event."""
+        feed = TokenFeed(
+            self.handle.worker, Request(prompt, sampling), hint, self.request_timeout_s
+        )
+        request = feed.request
+        try:
+            await feed.wait(http)
+        except TimeoutError:
+            return error(504, "generation timed out", "timeout")
+        except ClientGoneError:
+            return web.Response(status=499)  # nobody reads it; the row is already freed
+        if request.finish == "error":
+            return error(400, request.error or "generation failed")
+        out = await ChunkWriter.open(http, self.handle.name)
+        prose = AnswerStream(stops=stops)
+        try:
+            await out.delta({"role": "assistant", "content": ""})
+            while True:
+                delta = prose.replace(forced + self._text(request))
+                if delta:
+                    await out.delta({"content": delta})
+                if prose.ended_by == "stop" or request.finish is not None:
+                    break
+                await feed.wait(http)
+            if request.finish == "error":
+                await out.error(500, request.error or "generation failed", "server_error")
+            else:
+                await self._stream_end(out, prose, forced, stops, request)
+                if include_usage:
+                    await out.chunk([], usage=self._usage(prompt, request))
+            await out.done()
+        except TimeoutError:
+            await out.error(504, "generation timed out", "timeout")
+            await out.done()
+        except ClientGoneError:
+            pass  # the caller is gone and the row freed; nothing to tell anyone
+        finally:
+            feed.cancel()  # a no-op once finished; frees the row after a stop string
+        return out.response
+
+    async def _stream_end(
+        self,
+        out: ChunkWriter,
+        prose: AnswerStream,
+        forced: str,
+        stops: list[str],
+        request: Request,
+    ) -> None:
+        """The rest of the reply once generation ended: held-back prose, the calls whole
+        (in the plain reply's shape), the finish reason. What the stream adds up to is the
+        plain reply's message."""
+        text, finish = self._decode(request, stops)
+        content, calls = split_tool_calls(forced + text)
+        if calls:
+            finish = "tool_calls"
+            rest = content[len(prose.sent) :] if content.startswith(prose.sent) else ""
+        elif prose.ended_by == "call":  # a malformed call stays text, as in the plain reply
+            whole = (forced + text).lstrip()
+            rest = whole[len(prose.sent) :] if whole.startswith(prose.sent) else ""
+        else:
+            prose.replace(forced + text)
+            rest = prose.finish()
+        if rest:
+            await out.delta({"content": rest})
+        if calls:
+            await out.delta({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+        await out.delta({}, finish)
+
+    def _text(self, request: Request) -> str:
+        tokens = [t for t in request.tokens if t not in self.handle.stop_ids]
+        return str(self.handle.tokenizer.decode(tokens, skip_special_tokens=True))
 
 
 def load(model_dir: str, name: str, dtype: str, max_rows: int, threads: int | None) -> ModelHandle:

@@ -48,6 +48,12 @@ class EngineWorker:
             raise RuntimeError("the engine is shut down")
         self._inbox.put(Job(request, prefix_hint))
 
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet finished (a streaming caller that left is gone
+        from here within one poll: the figure tests and operators watch)."""
+        return len(self._in_flight) + self._inbox.qsize()
+
     def close(self) -> None:
         self._stopped.set()
         self._inbox.put(None)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-import uuid
 from typing import Any
 
 from aiohttp import web
@@ -28,15 +26,12 @@ from aiohttp import web
 from serving.agent import Agent, AgentEvent, EpisodeOptions, Trajectory
 from serving.frontdoor.replies import client_tool_calls, finish_reason, trace, usage
 from serving.frontdoor.request import ChatRequest
+from serving.sse import ChunkWriter, ClientGoneError
 
 POLL_S = 0.5
 """How often a quiet stream checks that its client is still connected."""
 KEEPALIVE_S = 15.0
 """An SSE comment this often keeps proxies from closing a quiet stream."""
-
-
-class ClientGoneError(Exception):
-    """The client closed the connection; the episode is cancelled."""
 
 
 class Episode:
@@ -63,49 +58,6 @@ class Episode:
             self.agent.run(self.request.messages, session=self.session, options=self.options),
             self.deadline_s,
         )
-
-
-class ChunkWriter:
-    """Server-sent events in OpenAI's chunk format, on one prepared response."""
-
-    def __init__(self, http: web.Request, response: web.StreamResponse, model: str) -> None:
-        self.http, self.response, self.model = http, response, model
-        self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        self.created = int(time.time())
-
-    def client_gone(self) -> bool:
-        transport = self.http.transport
-        return transport is None or transport.is_closing()
-
-    async def data(self, payload: dict[str, Any] | str) -> None:
-        text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-        await self.write(f"data: {text}\n\n")
-
-    async def write(self, text: str) -> None:
-        if self.client_gone():
-            raise ClientGoneError
-        try:
-            await self.response.write(text.encode("utf-8"))
-        except (ConnectionResetError, ConnectionError) as exc:
-            raise ClientGoneError from exc
-
-    async def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> None:
-        await self.data(
-            {
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "choices": choices,
-                **extra,
-            }
-        )
-
-    async def delta(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
-        await self.chunk([{"index": 0, "delta": delta, "finish_reason": finish}], **extra)
-
-    async def error(self, status: int, message: str, kind: str) -> None:
-        await self.data({"error": {"message": message, "type": kind, "code": status}})
 
 
 async def _relay_events(
@@ -153,15 +105,7 @@ async def stream_episode(
     http: web.Request, episode: Episode, model: str, version: str
 ) -> web.StreamResponse:
     """Run `episode`, streaming it to the client; returns when the stream is closed."""
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream; charset=utf-8",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
-    await response.prepare(http)
-    out = ChunkWriter(http, response, model)
+    out = await ChunkWriter.open(http, model)
     task = asyncio.ensure_future(episode.run())
     try:
         await out.delta({"role": "assistant", "content": ""})
@@ -172,9 +116,7 @@ async def stream_episode(
             await out.error(504, "the agent did not finish in time", "timeout")
         else:
             await _finish(trajectory, out, version, episode.request.include_usage)
-        await out.data("[DONE]")
-        with contextlib.suppress(ConnectionError):
-            await response.write_eof()
+        await out.done()
     except ClientGoneError:
         pass  # nobody is listening; the finally below stops the work
     finally:
@@ -182,4 +124,4 @@ async def stream_episode(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-    return response
+    return out.response

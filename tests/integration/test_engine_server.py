@@ -99,7 +99,17 @@ def test_concurrent_requests_get_the_answers_they_get_alone(server: ModelServer)
         (json.dumps({"messages": MESSAGES, "max_tokens": -3}).encode(), 400, "max_tokens"),
         (json.dumps({"messages": MESSAGES, "stop": [1]}).encode(), 400, "stop"),
         (json.dumps({"messages": MESSAGES, "tools": "all"}).encode(), 400, "tools"),
-        (json.dumps({"messages": MESSAGES, "stream": True}).encode(), 400, "stream"),
+        (json.dumps({"messages": MESSAGES, "stream": "yes"}).encode(), 400, "stream"),
+        (
+            json.dumps({"messages": MESSAGES, "stream_options": {"include_usage": True}}).encode(),
+            400,
+            "stream_options",
+        ),
+        (
+            json.dumps({"messages": MESSAGES, "stream": True, "stream_options": []}).encode(),
+            400,
+            "stream_options",
+        ),
         (
             json.dumps({"messages": MESSAGES, "max_tokens": 4096, "x": "y" * 30_000}).encode(),
             400,
@@ -198,3 +208,106 @@ def test_impossible_tool_choices_are_refused(
     body = {"model": "toolrl", "messages": MESSAGES, **fields}
     status, reply = post(server, "/chat/completions", json.dumps(body).encode())
     assert status == 400 and message in reply["error"]["message"]
+
+
+PROSE: dict[str, Any] = {"max_tokens": 40, "temperature": 1.0, "seed": 11}
+"""Greedy decoding makes the random tiny model write newlines; seeded sampling, prose."""
+
+
+def _streamed(server: ModelServer, **fields: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The chunks of a streamed chat, and the message they add up to."""
+    body = {"model": "toolrl", "messages": MESSAGES, "stream": True, **fields}
+    request = urllib.request.Request(
+        f"{server.base_url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    chunks: list[dict[str, Any]] = []
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        assert reply.headers["Content-Type"].startswith("text/event-stream")
+        lines = [line.decode().strip() for line in reply]
+    events = [line[6:] for line in lines if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    message: dict[str, Any] = {"content": "", "tool_calls": [], "finish_reason": None}
+    for chunk in chunks:
+        assert chunk["object"] == "chat.completion.chunk"
+        for choice in chunk["choices"]:
+            delta = choice["delta"]
+            message["content"] += delta.get("content") or ""
+            message["tool_calls"] += delta.get("tool_calls") or []
+            message["finish_reason"] = choice["finish_reason"] or message["finish_reason"]
+    return chunks, message
+
+
+def test_a_stream_sends_the_prose_token_by_token_and_adds_up_to_the_plain_reply(
+    server: ModelServer,
+) -> None:
+    plain = _chat(server, **PROSE)["choices"][0]
+    chunks, streamed = _streamed(server, **PROSE, stream_options={"include_usage": True})
+    pieces = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert streamed["content"].strip() == plain["message"]["content"].strip()
+    assert streamed["finish_reason"] == plain["finish_reason"]
+    if "<tool_call" not in plain["message"]["content"]:
+        assert len(pieces) > 5, "the prose arrived in one piece, not as it was decoded"
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 40
+
+
+def test_a_stream_stops_at_a_stop_string_without_sending_any_of_it(server: ModelServer) -> None:
+    text = _chat(server, **PROSE)["choices"][0]["message"]["content"]
+    stop = text.strip()[6:9]
+    assert len(stop) == 3, text
+    _, streamed = _streamed(server, **PROSE, stop=[stop])
+    expected = _chat(server, **PROSE, stop=[stop])["choices"][0]["message"]["content"]
+    assert streamed["content"].strip() == expected.strip()
+    assert stop not in streamed["content"] and streamed["finish_reason"] == "stop"
+
+
+def test_a_forced_call_streams_no_prose_and_ends_as_the_plain_reply_does(
+    server: ModelServer,
+) -> None:
+    fields: dict[str, Any] = {
+        "tools": get_catalog().openai_schemas(),
+        "tool_choice": {"type": "function", "function": {"name": "get_current_weather"}},
+        "max_tokens": 3,
+    }
+    plain = _chat(server, **fields)["choices"][0]
+    chunks, streamed = _streamed(server, **fields)
+    prose = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert len(prose) == 1, "a call's opening must not leak out a token at a time"
+    assert streamed["content"] == plain["message"]["content"]
+    assert streamed["finish_reason"] == plain["finish_reason"]
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_engine_row(server: ModelServer) -> None:
+    import http.client
+    import time
+
+    host, port = server.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    body = {"model": "toolrl", "messages": MESSAGES, "stream": True, "max_tokens": 3000}
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection.request(
+        "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+    )
+    reply = connection.getresponse()
+    assert reply.status == 200
+    assert reply.readline().startswith(b"data: ")  # the stream is running
+    health = server.base_url.removesuffix("/v1") + "/health"
+    with urllib.request.urlopen(health, timeout=10) as seen:
+        assert json.loads(seen.read())["in_flight"] == 1
+    reply.close()
+    connection.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(health, timeout=10) as seen:
+            if json.loads(seen.read())["in_flight"] == 0:
+                return
+        time.sleep(0.2)
+    pytest.fail("the engine kept generating for a client that left")
+
+
+def test_completions_refuse_stream_clearly(server: ModelServer) -> None:
+    body = json.dumps({"prompt": "hi", "stream": True}).encode()
+    code, payload = post(server, "/completions", body)
+    assert code == 400 and "chat/completions" in payload["error"]["message"]
