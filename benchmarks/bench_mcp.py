@@ -45,12 +45,12 @@ import uvicorn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from serving.mcp_client.http import McpHttpClient  # noqa: E402
 from serving.mcp_server.config import ServerConfig  # noqa: E402
 from serving.mcp_server.examples import EXAMPLE_CALLS  # noqa: E402
 from serving.mcp_server.server import start  # noqa: E402
 from serving.tools import ToolError, get_catalog  # noqa: E402
 from serving.tools.base import ToolContext  # noqa: E402
-from training.verl_bridge.client import McpHttpClient  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "mcp.json"
 MIX = [(name, args) for name, args in EXAMPLE_CALLS.items() if not get_catalog().get(name).stateful]

@@ -86,7 +86,7 @@ def register_cli(app: typer.Typer) -> None:
         timeout_s: Annotated[float, typer.Option(help="Per-call timeout for the bridge.")] = 30.0,
     ) -> None:
         """Read tools/list and write verl's native tool-config YAML for the bridge."""
-        from training.verl_bridge.client import McpClientError
+        from serving.mcp_client.base import McpClientError
         from training.verl_bridge.tool_config import write_tool_config
 
         endpoint = url or os.environ.get(URL_ENV) or DEFAULT_URL

@@ -18,12 +18,13 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from serving.mcp_client.base import McpClientError, McpProtocolError
+from serving.mcp_client.http import McpHttpClient
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.examples import EXAMPLE_CALLS
 from serving.mcp_server.server import RunningServer, start
 from serving.tools import get_catalog
 from serving.tools.base import ToolContext
-from training.verl_bridge.client import McpClientError, McpHttpClient, McpProtocolError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TOKEN = "s3cret-token"

@@ -16,11 +16,11 @@ import aiohttp
 import httpx
 import pytest
 
+from serving.mcp_client.http import McpHttpClient
 from serving.mcp_server.config import FaultConfig, ServerConfig
 from serving.mcp_server.server import CLEAN_EXIT, RunningServer, start
 from serving.tools import Tool, ToolCatalog, get_catalog
 from serving.tools.base import REFERENCE_NOW
-from training.verl_bridge.client import McpHttpClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 HEADERS = {

@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from serving.mcp_client.http import close_pooled_clients
 from serving.mcp_server.config import FaultConfig, ServerConfig
 from serving.mcp_server.examples import EXAMPLE_CALLS
 from serving.mcp_server.server import RunningServer, start
 from serving.tools import get_catalog
 from serving.tools.base import ToolContext
-from training.verl_bridge.client import close_pooled_clients
 from training.verl_bridge.tool_config import write_tool_config
 
 T = TypeVar("T")

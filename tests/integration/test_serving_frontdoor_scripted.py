@@ -20,11 +20,11 @@ import pytest
 from serving.agent import Agent, ChatClient
 from serving.frontdoor.app import FrontDoorConfig
 from serving.launch.switch import Upstream
+from serving.mcp_client.http import McpHttpClient
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
 from testkit.frontdoor import Door, upstream_for
 from training.evaluation.scripted import Scripted, serve_in_thread
-from training.verl_bridge.client import McpHttpClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 Message = dict[str, Any]

@@ -13,8 +13,8 @@ from aiohttp import web
 from serving.agent import Agent, ChatClient
 from serving.frontdoor.app import FrontDoorConfig, build_app
 from serving.launch.switch import Switchboard, Upstream
+from serving.mcp_client.http import McpHttpClient
 from training.evaluation.scripted import Scripted
-from training.verl_bridge.client import McpHttpClient
 
 
 class Door:

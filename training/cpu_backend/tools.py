@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from training.verl_bridge.client import McpClientError, McpHttpClient
+from serving.mcp_client.base import McpClientError
+from serving.mcp_client.http import McpHttpClient
 
 ToolSchema = dict[str, Any]
 

@@ -220,7 +220,7 @@ def _client(config: EvalConfig, temperature: float) -> ChatClient:
 
 
 def _default_tools(config: EvalConfig) -> ToolExecutor:
-    from training.verl_bridge.client import McpHttpClient
+    from serving.mcp_client.http import McpHttpClient
 
     token = config.mcp_token.get_secret_value() if config.mcp_token else None
     return McpHttpClient(config.mcp_url, token, max_concurrency=max(16, config.concurrency))

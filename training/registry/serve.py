@@ -104,7 +104,7 @@ class ServingStack:
 
     def _executor(self) -> ToolExecutor:
         if self._tools is None:
-            from training.verl_bridge.client import McpHttpClient
+            from serving.mcp_client.http import McpHttpClient
 
             token = self.config.mcp_token.get_secret_value() if self.config.mcp_token else None
             self._tools = McpHttpClient(self.config.mcp_url, token)
@@ -232,7 +232,7 @@ async def run_frontdoor(
     tokenizer: Path | None = None,
 ) -> None:
     """`toolrl frontdoor`: the front door in front of a running server, until cancelled."""
-    from training.verl_bridge.client import McpHttpClient
+    from serving.mcp_client.http import McpHttpClient
 
     if call_format not in ("hermes", "qwen3_coder"):
         raise ValueError(f"call format must be hermes or qwen3_coder, got {call_format!r}")

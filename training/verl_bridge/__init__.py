@@ -1,3 +1,3 @@
-"""verl <-> MCP bridge: a native verl tool that forwards calls to the MCP tool server, its
-pooled client, and the generator of verl's tool-config YAML. Importing this package does
-not import verl; `training.verl_bridge.tool` does."""
+"""verl <-> MCP bridge: a native verl tool that forwards calls to the MCP tool server through
+the shared client layer (`serving.mcp_client`), and the generator of verl's tool-config YAML.
+Importing this package does not import verl; `training.verl_bridge.tool` does."""

@@ -2,8 +2,8 @@
 
 verl 0.9 removed its MCP tool; its agent loop calls `create`, `execute` and `release` on a
 `BaseTool` for every tool call. This class turns those into one `tools/call` on a pooled
-connection (see `client.py`) and never raises into the rollout: tool errors, protocol
-errors, timeouts and an unreachable server all come back as text the model reads.
+connection (`serving/mcp_client/http.py`) and never raises into the rollout: tool errors,
+protocol errors, timeouts and an unreachable server all come back as text the model reads.
 
 Session mapping: the notes tools remember per conversation, so every call is sent with
 the trajectory's id (`agent_data.request_id`, or `create_kwargs["session_id"]` when the
@@ -27,13 +27,9 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from serving.mcp_client.base import McpClientError, McpProtocolError
+from serving.mcp_client.http import McpHttpClient, pooled_client
 from serving.mcp_server.config import TOKEN_ENV
-from training.verl_bridge.client import (
-    McpClientError,
-    McpHttpClient,
-    McpProtocolError,
-    pooled_client,
-)
 
 _MAX_TRACKED = 100_000
 _SEQ: OrderedDict[str, int] = OrderedDict()

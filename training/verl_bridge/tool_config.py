@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from training.verl_bridge.client import McpHttpClient
+from serving.mcp_client.http import McpHttpClient
 
 TOOL_CLASS = "training.verl_bridge.tool.McpTool"
 KEPT = ("type", "description", "enum")

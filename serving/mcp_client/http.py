@@ -1,4 +1,4 @@
-"""A lean, pooled MCP client (streamable HTTP) for rollout workers.
+"""A lean, pooled MCP client (streamable HTTP) for rollout workers, evaluation and serving.
 
 Why not the SDK client: it costs about 1 ms of CPU per call, keeps a session with its own
 tasks per connection, and its GC pauses push p99 past 60 ms. Rollouts issue thousands of
@@ -22,56 +22,27 @@ import json
 import os
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
 
+from serving.mcp_client.base import (
+    CLIENT_INFO,
+    PROTOCOL_VERSION,
+    McpClientError,
+    McpProtocolError,
+    ToolCallResult,
+    call_result,
+)
 from serving.mcp_server.config import DEFAULT_URL, SEQ_HEADER, SESSION_HEADER, TOKEN_ENV, URL_ENV
 
-PROTOCOL_VERSION = "2025-06-18"
-"""The handshake-era revision offered to servers that do not speak the modern one."""
 MODERN_VERSION = "2026-07-28"
 """The stateless per-request revision: no handshake, no session, routing headers."""
-CLIENT_INFO = {"name": "toolrl-verl-bridge", "version": "1"}
 _ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
     "io.modelcontextprotocol/clientCapabilities": {},
     "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
 }
-
-
-class McpClientError(Exception):
-    """Transport or protocol failure (not a tool error): unreachable, 401, 5xx, bad reply."""
-
-
-class McpProtocolError(McpClientError):
-    """The server answered with a JSON-RPC error object."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"MCP error {code}: {message}")
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallResult:
-    text: str
-    is_error: bool
-    structured: Any = None
-
-
-def _text_of(result: Mapping[str, Any]) -> str:
-    parts = []
-    for block in result.get("content") or []:
-        if isinstance(block, Mapping):
-            if block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-            else:
-                parts.append(f"[{block.get('type', 'unknown')} content omitted]")
-    if not parts and result.get("structuredContent") is not None:
-        return json.dumps(result["structuredContent"], ensure_ascii=False)
-    return "\n".join(parts)
 
 
 def _from_sse(body: str, request_id: int) -> dict[str, Any]:
@@ -295,9 +266,7 @@ class McpHttpClient:
         result = await self.request(
             "tools/call", {"name": name, "arguments": dict(arguments or {})}, headers or None
         )
-        return ToolCallResult(
-            _text_of(result), bool(result.get("isError")), result.get("structuredContent")
-        )
+        return call_result(result)
 
     async def close(self) -> None:
         if self._http is not None and not self._http.closed:
