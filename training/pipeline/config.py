@@ -14,6 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from serving.mcp_client.sources import ToolSources
 from training.data.config import ValidationConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +98,11 @@ class PipelineConfig(BaseModel):
         "MCP, S3); unset ones take the embedded defaults of serving/settings.py.",
     )
     airflow: AirflowServices = Field(default_factory=AirflowServices)
+    tool_sources: ToolSources = Field(
+        default_factory=ToolSources,
+        description="MCP servers whose tools form the catalog (`toolrl tools list`): stdio "
+        "or streamable HTTP, with optional prefixes. Default: the project's own server.",
+    )
 
 
 def load_pipeline_config(env: dict[str, str] | None = None) -> PipelineConfig:
