@@ -9,8 +9,9 @@ this filter releases text only when no later token can change its meaning:
   `tool_calls`, once the reply is complete;
 - at a stop string the reply ends (the caller stops generating);
 - `<think>...</think>` blocks are never shown;
-- a suffix that could still grow into a marker, a stop string or `<think>`, and a trailing
-  U+FFFD (half of a multi-byte character), are held back until the next piece decides.
+- a suffix that could still grow into a marker, a stop string or `<think>`, a trailing
+  U+FFFD (half of a multi-byte character) and trailing whitespace (the answer a user gets
+  is trimmed) are held back until the next piece decides.
 
 The engine server (`serving/engine/server.py`) filters its token stream with it, and the
 agent loop filters every upstream's deltas with it, so a stream from vLLM, the CPU engine or
@@ -84,10 +85,10 @@ def visible(
         if 0 <= at < cut:
             cut, ended_by = at, reason
     if ended_by is not None:
-        return Visible(prose[:cut], ended_by)
+        return Visible(prose[:cut].rstrip(), ended_by)
     if not final and not in_reasoning:
         held = _held_suffix(prose, [*markers, *stops, THINK_OPEN])
-        prose = prose[: len(prose) - held].rstrip(_REPLACEMENT)
+        prose = prose[: len(prose) - held].rstrip(_REPLACEMENT).rstrip()
     return Visible(prose)
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
+from serving.agent.stream_reply import StreamedReply
 from serving.agent.types import Message, TransportError
 
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
@@ -102,6 +103,16 @@ def parse_chat_body(body: Any) -> ChatReply:
     )
 
 
+def _retryable_refusal(url: str, status: int, text: str, retry_500: bool) -> str:
+    """What went wrong with a non-200 answer, if it is worth retrying; raises if not."""
+    problem = f"HTTP {status}: {text[:300]}"
+    if status == 500 and not retry_500:
+        raise BackendOutputError(f"{url}: {problem}")
+    if status not in RETRY_STATUSES and status != 500:
+        raise TransportError(f"{url}: {problem}")
+    return problem
+
+
 class ChatClient:
     """One pooled HTTP session to one OpenAI-compatible base URL (`.../v1`)."""
 
@@ -144,14 +155,17 @@ class ChatClient:
             await self._http.close()
         self._http = None
 
+    async def _backoff(self, attempt: int) -> None:
+        if attempt:
+            delay = min(self.retry.max_backoff_s, self.retry.backoff_s * 2 ** (attempt - 1))
+            await asyncio.sleep(delay)
+
     async def _post(self, path: str, payload: dict[str, Any], retry_500: bool) -> ChatReply:
         url = f"{self.base_url}{path}"
         data = json.dumps(payload, ensure_ascii=False)
         problem = ""
         for attempt in range(self.retry.attempts):
-            if attempt:
-                delay = min(self.retry.max_backoff_s, self.retry.backoff_s * 2 ** (attempt - 1))
-                await asyncio.sleep(delay)
+            await self._backoff(attempt)
             started = time.perf_counter()
             try:
                 http = await self._session()
@@ -174,11 +188,7 @@ class ChatClient:
                     reply.completion_tokens,
                     latency,
                 )
-            problem = f"HTTP {status}: {text[:300]}"
-            if status == 500 and not retry_500:
-                raise BackendOutputError(f"{url}: {problem}")
-            if status not in RETRY_STATUSES and status != 500:
-                raise TransportError(f"{url}: {problem}")
+            problem = _retryable_refusal(url, status, text, retry_500)
         raise TransportError(f"{url}: failed after {self.retry.attempts} attempts: {problem}")
 
     async def chat(
@@ -187,15 +197,87 @@ class ChatClient:
         tools: Sequence[Message],
         retry_500: bool = True,
         overrides: Mapping[str, Any] | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> ChatReply:
         """POST /chat/completions with `tools` (the server's parser fills `tool_calls`);
-        `overrides` (a request's own sampling fields, `tool_choice`) win over the defaults."""
+        `overrides` (a request's own sampling fields, `tool_choice`) win over the defaults.
+        With `on_delta` the reply is streamed and each piece of content is handed over as it
+        arrives; the returned reply is the same as without."""
         payload: dict[str, Any] = {"model": self.model, "messages": list(messages)}
         if tools:
             payload["tools"] = list(tools)
         payload.update(self.sampling)
         payload.update(overrides or {})
+        if on_delta is not None:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+            return await self._post_stream("/chat/completions", payload, retry_500, on_delta)
         return await self._post("/chat/completions", payload, retry_500)
+
+    async def _post_stream(
+        self,
+        path: str,
+        payload: dict[str, Any],
+        retry_500: bool,
+        on_delta: Callable[[str], None],
+    ) -> ChatReply:
+        """`_post` for a streamed reply. Retried like it until the first piece has been
+        handed over; after that a break cannot be retried (the client has seen the start)
+        and is a `TransportError`. A server that answers a stream request with a plain JSON
+        body is accepted: its content is handed over in one piece."""
+        url = f"{self.base_url}{path}"
+        data = json.dumps(payload, ensure_ascii=False)
+        problem = ""
+        for attempt in range(self.retry.attempts):
+            await self._backoff(attempt)
+            started = time.perf_counter()
+            reply = StreamedReply(url)
+            try:
+                http = await self._session()
+                async with http.post(url, data=data) as response:
+                    status = response.status
+                    streamed = response.content_type == "text/event-stream"
+                    if status != 200 or not streamed:
+                        text = await response.text()
+                    else:
+                        async for raw in response.content:
+                            piece = reply.add_line(raw.decode("utf-8"))
+                            if piece:
+                                on_delta(piece)
+                            if reply.done:
+                                break
+                        if not reply.done:
+                            raise TransportError(f"{url}: the stream ended without [DONE]")
+            except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError, ValueError) as exc:
+                if reply.content:
+                    raise TransportError(f"{url}: the stream broke after it began: {exc}") from exc
+                problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+                continue
+            latency = time.perf_counter() - started
+            if status == 200 and streamed:
+                return ChatReply(
+                    "".join(reply.content),
+                    _normalise_tool_calls(reply.tool_calls()),
+                    reply.prompt_tokens,
+                    reply.completion_tokens,
+                    latency,
+                )
+            if status == 200:
+                try:
+                    plain = parse_chat_body(json.loads(text))
+                except ValueError as exc:
+                    raise TransportError(f"{url}: invalid JSON body ({exc})") from exc
+                if plain.content:
+                    on_delta(plain.content)
+                return ChatReply(
+                    plain.content,
+                    plain.tool_calls,
+                    plain.prompt_tokens,
+                    plain.completion_tokens,
+                    latency,
+                )
+            problem = _retryable_refusal(url, status, text, retry_500)
+        raise TransportError(f"{url}: failed after {self.retry.attempts} attempts: {problem}")
 
     async def complete(self, prompt: str, overrides: Mapping[str, Any] | None = None) -> ChatReply:
         """POST /completions with an already-rendered prompt: the raw text comes back."""

@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,6 +37,7 @@ from serving.agent.types import (
     TransportError,
     Turn,
 )
+from serving.answer_stream import AnswerStream
 
 #: Parser error kinds after which a call is not executed (its structure is broken, so what
 #: the model meant is unknown). Unknown tools and schema violations ARE executed: the tool
@@ -167,14 +168,29 @@ class Agent:
         raise TransportError(f"MCP {what} failed after {tries} tries: {problem}")
 
     async def _respond(
-        self, messages: list[Message], schemas: list[Message], overrides: dict[str, Any]
+        self,
+        messages: list[Message],
+        schemas: list[Message],
+        overrides: dict[str, Any],
+        on_text: Callable[[str], None] | None = None,
     ) -> tuple[Turn, bool]:
         """One model response as a Turn; the bool says whether it came back as raw text."""
         text_overrides = {k: v for k, v in overrides.items() if k != "tool_choice"}
+        prose = AnswerStream()
+
+        def shown(piece: str) -> None:
+            delta = prose.feed(piece)
+            if delta and on_text is not None:
+                on_text(delta)
+
         if self.config.mode == "chat":
             try:
                 reply = await self.chat.chat(
-                    messages, schemas, retry_500=self.renderer is None, overrides=overrides
+                    messages,
+                    schemas,
+                    retry_500=self.renderer is None,
+                    overrides=overrides,
+                    on_delta=shown if on_text is not None else None,
                 )
             except BackendOutputError:
                 assert self.renderer is not None
@@ -193,6 +209,7 @@ class Agent:
             latency_s=reply.latency_s,
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
+            streamed=prose.sent,
         )
         turn.calls = _structured_calls(reply)
         return turn, not reply.tool_calls
@@ -260,7 +277,7 @@ class Agent:
                 overrides = dict(options.sampling)
                 if index == 0 and options.tool_choice != "auto":
                     overrides["tool_choice"] = upstream_tool_choice(options.tool_choice)
-                turn, raw = await self._respond(history, schemas, overrides)
+                turn, raw = await self._respond(history, schemas, overrides, options.on_text)
                 if raw and options.tool_choice != "none":
                     self._parse_raw(turn)
                 if options.tool_choice == "none":

@@ -98,6 +98,8 @@ class Turn:
     latency_s: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    streamed: str = ""
+    """The prose of this turn already handed to `EpisodeOptions.on_text` as it arrived."""
 
 
 @dataclass(slots=True)
@@ -155,6 +157,11 @@ class EpisodeOptions:
     """OpenAI function schemas the client runs itself; shown to the model beside the MCP
     tools. Calls to them end the episode with `stop="client_tools"`."""
     on_event: Callable[[AgentEvent], None] | None = None
+    on_text: Callable[[str], None] | None = None
+    """Streams the prose of each model turn as the upstream writes it (chat mode), filtered
+    so that no call, stop string or reasoning block shows (`serving/answer_stream.py`).
+    Raw-mode turns and the fallback after an HTTP 500 are not streamed: their text is
+    only known whole."""
 
     @property
     def client_tool_names(self) -> frozenset[str]:

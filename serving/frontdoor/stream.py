@@ -1,12 +1,16 @@
 """`stream=true`: one episode as OpenAI chat-completion chunks over server-sent events.
 
-The stream opens with the assistant role, reports each server-side MCP call as it starts and
-ends (chunks with no choices and a `toolrl.event`, which OpenAI clients pass through as an
-extra field, so a UI can show "calling get_current_weather..."), then the answer, the
-finish reason with the `toolrl` trace, the usage chunk when `stream_options.include_usage`
-asks for it, and `data: [DONE]`. The answer arrives as one content chunk: the upstream
-model servers are called without streaming, because each turn must be complete before its
-tool calls can run.
+The stream opens with the assistant role, then carries the episode as it happens: each
+model turn's prose token by token (the upstream is called with `stream=true`; the agent's
+filter holds back anything that may turn into a call, a stop string or a reasoning block),
+and each server-side MCP call as it starts and ends (chunks with no choices and a
+`toolrl.event`, which OpenAI clients pass through as an extra field, so a UI can show
+"calling get_current_weather..."). Then whatever of the answer was held back, the client's
+own tool calls, the finish reason with the `toolrl` trace, the usage chunk when
+`stream_options.include_usage` asks for it, and `data: [DONE]`. The content adds up to the
+plain reply's answer; if the model wrote prose before a server-side call, the stream carries
+that prose too (it was shown before the call was known), the plain reply only the answer.
+A turn that cannot be streamed (raw mode, the fallback after an HTTP 500) arrives in one piece.
 
 Failure never leaves a hung connection: a timeout or an upstream failure after the stream
 started ends it with an `error` event (what the OpenAI SDKs raise as `APIError`) and
@@ -50,6 +54,7 @@ class Episode:
             tool_choice=request.tool_choice,
             client_tools=request.client_tools,
             on_event=self.events.put_nowait,
+            on_text=lambda text: self.events.put_nowait({"type": "content", "text": text}),
         )
 
     async def run(self) -> Trajectory:
@@ -70,7 +75,7 @@ async def _relay_events(
         waiting: set[asyncio.Future[Any]] = {task, getter}
         done, _ = await asyncio.wait(waiting, timeout=POLL_S, return_when="FIRST_COMPLETED")
         if getter in done:
-            await out.chunk([], toolrl={"event": getter.result()})
+            await _forward(getter.result(), out)
             quiet_since = time.monotonic()
             continue
         getter.cancel()
@@ -80,7 +85,25 @@ async def _relay_events(
             await out.write(": keep-alive\n\n")
             quiet_since = time.monotonic()
     while not episode.events.empty():
-        await out.chunk([], toolrl={"event": episode.events.get_nowait()})
+        await _forward(episode.events.get_nowait(), out)
+
+
+async def _forward(event: AgentEvent, out: ChunkWriter) -> None:
+    """Prose as content deltas; server-side tool calls in the `toolrl` extension."""
+    if event.get("type") == "content":
+        await out.delta({"content": event["text"]})
+    else:
+        await out.chunk([], toolrl={"event": event})
+
+
+def _unsent(trajectory: Trajectory) -> str:
+    """The part of the answer the stream has not carried yet: all of it when the last turn
+    was not streamed (raw mode, the HTTP 500 fallback), else what the filter held back."""
+    answer = trajectory.final_answer
+    sent = trajectory.turns[-1].streamed if trajectory.turns else ""
+    if not sent:
+        return answer
+    return answer[len(sent) :] if answer.startswith(sent) else ""
 
 
 async def _finish(trajectory: Trajectory, out: ChunkWriter, version: str, with_usage: bool) -> None:
@@ -88,8 +111,9 @@ async def _finish(trajectory: Trajectory, out: ChunkWriter, version: str, with_u
         await out.error(502, f"upstream failure: {trajectory.error}", "upstream_error")
         return
     delta: dict[str, Any] = {}
-    if trajectory.final_answer:
-        delta["content"] = trajectory.final_answer
+    rest = _unsent(trajectory)
+    if rest:
+        delta["content"] = rest
     if trajectory.client_calls:
         delta["tool_calls"] = [
             {"index": i, **call} for i, call in enumerate(client_tool_calls(trajectory))

@@ -64,7 +64,7 @@ def test_a_call_ends_the_prose_and_reasoning_never_shows() -> None:
     stream = AnswerStream()
     pieces = ["  Let", " me <th", "ink>plan</th", "ink> check.", "\n<tool", "_call>{}"]
     sent = "".join(stream.feed(p) for p in pieces)
-    assert sent == "Let me  check.\n"
+    assert sent == "Let me  check."
     assert stream.ended_by == "call"
     assert stream.finish() == ""
 
@@ -72,15 +72,15 @@ def test_a_call_ends_the_prose_and_reasoning_never_shows() -> None:
 def test_a_stop_string_ends_the_prose_before_it() -> None:
     stream = AnswerStream(stops=["STOP"])
     sent = "".join(stream.feed(p) for p in ["Paris is S", "TO", "P sunny"])
-    assert sent == "Paris is " and stream.ended_by == "stop"
+    assert sent == "Paris is" and stream.ended_by == "stop"
 
 
 def test_held_back_text_is_released_when_it_turns_out_to_be_prose() -> None:
     stream = AnswerStream()
-    assert stream.feed("a <") == "a "
-    assert stream.feed(" b") == "< b"
-    assert stream.feed(" <too") == " "
-    assert stream.finish() == "<too"
+    assert stream.feed("a <") == "a"
+    assert stream.feed(" b") == " < b"
+    assert stream.feed(" <too") == ""
+    assert stream.finish() == " <too"
 
 
 def test_half_a_character_waits_for_its_other_half() -> None:

@@ -179,7 +179,11 @@ def test_a_client_that_disconnects_cancels_its_episode(endpoint: Endpoint) -> No
                 + f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
-            assert b"chat.completion.chunk" in sock.recv(4096)  # the stream had started
+            seen = b""
+            while b"chat.completion.chunk" not in seen:  # the stream has started
+                piece = sock.recv(4096)
+                assert piece, f"the front door closed the stream: {seen!r}"
+                seen += piece
             assert entered.wait(30)
             assert endpoint.health()["in_flight"] == 1
         deadline = time.monotonic() + 20
