@@ -279,3 +279,36 @@ def test_tools_list_prints_the_catalog_and_fails_with_exit_2(tmp_path: Path) -> 
     failed = runner.invoke(app, ["tools", "list", "--sources", str(bad)])
     assert failed.exit_code == 2
     assert "MCP server 'broken'" in failed.stderr and "no licence key" in failed.stderr
+
+
+# --- the agent loop on a third-party server -------------------------------------------------
+def test_the_agent_loop_calls_a_stdio_server_through_the_catalog() -> None:
+    """The loop evaluation and the front door run, given the catalog as its ToolExecutor: the
+    model sees the prefixed name, the call reaches mcp-server-time under its own name."""
+    from serving.agent import Agent, AgentConfig, ChatClient
+    from training.evaluation.scripted import Scripted, serve_in_thread
+
+    seen: list[list[str]] = []
+
+    def model(messages: Any, tools: Any) -> Scripted:
+        seen.append([tool["function"]["name"] for tool in tools])
+        if not any(message["role"] == "tool" for message in messages):
+            return Scripted(calls=[("time_get_current_time", {"timezone": "Europe/Paris"})])
+        return Scripted(content="It is late in Paris.")
+
+    async def scenario(url: str) -> Any:
+        catalog = load({"time": {**TIME, "prefix": "time_"}})
+        chat = ChatClient(url, "m")
+        try:
+            agent = Agent(chat, catalog, AgentConfig())
+            return await agent.run([{"role": "user", "content": "Time in Paris?"}], session="s")
+        finally:
+            await chat.close()
+            await catalog.close()
+
+    with serve_in_thread(model) as url:
+        trajectory = asyncio.run(scenario(url))
+    assert seen[0] == ["time_get_current_time", "time_convert_time"]
+    (call,) = trajectory.calls
+    assert not call.result_is_error and '"timezone": "Europe/Paris"' in call.result
+    assert trajectory.final_answer == "It is late in Paris."
