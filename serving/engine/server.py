@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import time
 import uuid
@@ -498,7 +499,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-rows", type=int, default=16, help="Requests decoded together.")
     parser.add_argument("--threads", type=int, default=None, help="torch threads.")
     parser.add_argument("--max-tokens", type=int, default=512, help="Default max_tokens.")
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        choices=range(20),
+        metavar="0-19",
+        help="Lower this process's CPU priority (the front door and tools then go first).",
+    )
     args = parser.parse_args(argv)
+    if args.nice:
+        os.nice(args.nice)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     handle = load(args.model, args.served_model_name, args.dtype, args.max_rows, args.threads)
     handle.default_max_tokens = args.max_tokens

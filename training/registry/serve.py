@@ -59,6 +59,10 @@ class ServeConfig(BaseModel):
     start_timeout_s: float = Field(default=900.0, gt=0.0)
     vllm_cpu_python: Path | None = None
     extra_args: tuple[str, ...] = ()
+    cpu_nice: int = Field(default=10, ge=0, le=19)
+    """cpu backend: how much the engine lowers its CPU priority. It shares the machine with
+    the front door, the tools and during a reload a second engine: at 10 the latency-bound
+    processes preempt it (the front door's overhead stays near what it is on an idle box)."""
 
 
 def _free_port(host: str) -> int:
@@ -88,6 +92,7 @@ def backend_config(config: ServeConfig, model_dir: Path, call_format: CallFormat
         port=port,
         vllm_cpu_python=config.vllm_cpu_python,
         extra_args=config.extra_args,
+        nice=config.cpu_nice if config.backend == "cpu" else 0,
     )
 
 
