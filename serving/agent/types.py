@@ -59,7 +59,7 @@ class ToolReply(Protocol):
 class ToolExecutor(Protocol):
     """An MCP client: `list_tools` returns MCP tool dicts (`name`, `description`,
     `inputSchema`); `call_tool` raises only on transport failure (tool errors come back as
-    `is_error`). `training.verl_bridge.client.McpHttpClient` has this shape."""
+    `is_error`). `serving.mcp_client.http.McpHttpClient` and the stdio client have this shape."""
 
     async def list_tools(self) -> list[dict[str, Any]]: ...
 
