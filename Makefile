@@ -46,10 +46,10 @@ node-client:
 	      cp $(NODE_CLIENT)/package-lock.json $(NODE_CLIENT)/node_modules/.lock-copy; }; \
 	else echo "npm not found: the Node client conformance test will be skipped"; fi
 
-# Third-party MCP servers from npm (stdio), pinned in third_party/mcp-servers/package-lock.json:
+# Third-party MCP servers from npm (stdio), pinned in infra/mcp-servers/package-lock.json:
 # bring-your-own-server targets beside the byo-mcp extra's mcp-server-time. Without npm the
 # tests that need them say so and are skipped.
-MCP_SERVERS := third_party/mcp-servers
+MCP_SERVERS := infra/mcp-servers
 mcp-servers:
 	@if command -v npm >/dev/null; then \
 	  test -f $(MCP_SERVERS)/node_modules/.package-lock.json && \

@@ -14,11 +14,11 @@ import pytest
 
 from serving.mcp_client.base import McpClientError, McpProtocolError
 from serving.mcp_client.stdio import StdioMcpClient
+from testkit.mcp_servers import MEMORY_SERVER_BIN
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 FAKE = str(Path(__file__).with_name("fake_mcp_stdio_server.py"))
-REPO = Path(__file__).resolve().parents[2]
-MEMORY_BIN = REPO / "third_party" / "mcp-servers" / "node_modules" / ".bin" / "mcp-server-memory"
+MEMORY_BIN = MEMORY_SERVER_BIN
 
 
 def fake(

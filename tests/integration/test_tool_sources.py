@@ -27,12 +27,12 @@ from serving.mcp_client.sources import ToolSources, load_tool_sources
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
 from serving.tools import get_catalog
+from testkit.mcp_servers import MEMORY_SERVER_BIN
 from training.pipeline.config import PipelineConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 FAKE = str(Path(__file__).with_name("fake_mcp_stdio_server.py"))
-REPO = Path(__file__).resolve().parents[2]
-MEMORY_BIN = REPO / "third_party" / "mcp-servers" / "node_modules" / ".bin" / "mcp-server-memory"
+MEMORY_BIN = MEMORY_SERVER_BIN
 TOKEN = "catalog-test-token"
 TIME = {"command": sys.executable, "args": ["-m", "mcp_server_time"]}
 
