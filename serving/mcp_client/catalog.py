@@ -235,3 +235,18 @@ class ToolCatalog:
         for client in clients:
             with contextlib.suppress(Exception):
                 await client.close()
+
+
+def open_tools(
+    sources: ToolSources | None,
+    base_dir: Path | None,
+    mcp_url: str,
+    token: str | None = None,
+) -> McpClient:
+    """The tools an agent uses: the configured servers as one catalog, or, with no sources,
+    the project's own server at `mcp_url` (the pooled HTTP client, no catalog in between)."""
+    if sources is None:
+        from serving.mcp_client.http import McpHttpClient
+
+        return McpHttpClient(mcp_url, token)
+    return ToolCatalog(sources, base_dir=base_dir)

@@ -7,9 +7,12 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from serving.mcp_client.sources import ToolSources
 
 ApiKeyOption = Annotated[
     str | None,
@@ -20,6 +23,30 @@ ApiKeyOption = Annotated[
         show_envvar=False,
     ),
 ]
+
+ToolSourcesOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tool-sources",
+        help="YAML of MCP servers (stdio or HTTP) whose tools the agent uses, as `toolrl "
+        "tools list --sources` reads it (default: the project's server at $TOOLRL_MCP_URL).",
+        exists=True,
+        dir_okay=False,
+    ),
+]
+
+
+def _tool_sources(path: Path | None) -> tuple[ToolSources | None, Path | None]:
+    """The parsed sources and the directory their relative paths are taken from."""
+    if path is None:
+        return None, None
+    from serving.mcp_client.sources import load_tool_sources
+
+    try:
+        return load_tool_sources(path), path.parent
+    except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
+        raise typer.BadParameter(f"{path}: {str(exc)[:2000]}", param_hint="--tool-sources") from exc
+
 
 registry_app = typer.Typer(
     help="MLflow model registry: register, gate, promote, rollback (aliases).",
@@ -162,6 +189,7 @@ def serve_command(
     cache_dir: Annotated[
         Path | None, typer.Option(help="Downloaded weights (default ~/.cache/toolrl/...).")
     ] = None,
+    tool_sources: ToolSourcesOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the backend command and exit.")
     ] = False,
@@ -180,6 +208,7 @@ def serve_command(
     from training.registry.serve import ServeConfig, serve_forever
 
     settings = ServiceSettings.from_env(os.environ)
+    sources, sources_dir = _tool_sources(tool_sources)
     try:
         config = ServeConfig(
             model_uri=model_uri or settings.champion_uri,
@@ -195,6 +224,8 @@ def serve_command(
             watch_interval_s=watch_interval,
             max_tokens=max_tokens,
             vllm_cpu_python=vllm_cpu_python,
+            tool_sources=sources,
+            tool_sources_dir=sources_dir,
         )
         if dry_run:
             shown = BackendConfig(
@@ -224,6 +255,7 @@ def frontdoor_command(
         Path | None, typer.Option(help="Model dir: raw fallback on HTTP 500.")
     ] = None,
     api_key: ApiKeyOption = None,
+    tool_sources: ToolSourcesOption = None,
 ) -> None:
     """The agent front door alone, in front of an already running model server."""
     import asyncio
@@ -235,9 +267,20 @@ def frontdoor_command(
     settings = ServiceSettings.from_env(os.environ)
     door = FrontDoorConfig(host=host, port=port, model_name=model, api_key=api_key)
     token = settings.mcp_token.get_secret_value() if settings.mcp_token else None
+    sources, sources_dir = _tool_sources(tool_sources)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
-            run_frontdoor(upstream, model, door, settings.mcp_url, token, call_format, tokenizer)
+            run_frontdoor(
+                upstream,
+                model,
+                door,
+                settings.mcp_url,
+                token,
+                call_format,
+                tokenizer,
+                sources,
+                sources_dir,
+            )
         )
 
 

@@ -27,6 +27,8 @@ from serving.frontdoor.app import FrontDoorConfig, build_app
 from serving.launch.commands import Backend, BackendConfig, CallFormat
 from serving.launch.process import ModelServer
 from serving.launch.switch import Switchboard, Upstream
+from serving.mcp_client.catalog import open_tools
+from serving.mcp_client.sources import ToolSources
 from training.evaluation.adapters import chat_template_renderer, project_parser
 from training.registry.registry import VersionInfo, download, resolve
 
@@ -59,6 +61,11 @@ class ServeConfig(BaseModel):
     start_timeout_s: float = Field(default=900.0, gt=0.0)
     vllm_cpu_python: Path | None = None
     extra_args: tuple[str, ...] = ()
+    tool_sources: ToolSources | None = None
+    """The MCP servers whose tools the agent uses (stdio or HTTP, `serving/mcp_client`);
+    None: the project's own server at `mcp_url`."""
+    tool_sources_dir: Path | None = None
+    """Where relative commands and paths in `tool_sources` are taken from (its file's dir)."""
     cpu_nice: int = Field(default=10, ge=0, le=19)
     """cpu backend: how much the engine lowers its CPU priority. It shares the machine with
     the front door, the tools and during a reload a second engine: at 10 the latency-bound
@@ -109,10 +116,10 @@ class ServingStack:
 
     def _executor(self) -> ToolExecutor:
         if self._tools is None:
-            from serving.mcp_client.http import McpHttpClient
-
             token = self.config.mcp_token.get_secret_value() if self.config.mcp_token else None
-            self._tools = McpHttpClient(self.config.mcp_url, token)
+            self._tools = open_tools(
+                self.config.tool_sources, self.config.tool_sources_dir, self.config.mcp_url, token
+            )
         return self._tools
 
     async def launch(self, info: VersionInfo) -> Upstream:
@@ -235,13 +242,13 @@ async def run_frontdoor(
     mcp_token: str | None,
     call_format: str = "hermes",
     tokenizer: Path | None = None,
+    sources: ToolSources | None = None,
+    sources_dir: Path | None = None,
 ) -> None:
     """`toolrl frontdoor`: the front door in front of a running server, until cancelled."""
-    from serving.mcp_client.http import McpHttpClient
-
     if call_format not in ("hermes", "qwen3_coder"):
         raise ValueError(f"call format must be hermes or qwen3_coder, got {call_format!r}")
-    tools = McpHttpClient(mcp_url, mcp_token)
+    tools = open_tools(sources, sources_dir, mcp_url, mcp_token)
     upstream = static_upstream(url, model, tools, call_format, tokenizer)  # type: ignore[arg-type]
     runner = web.AppRunner(build_app(Switchboard(upstream), door))
     await runner.setup()
