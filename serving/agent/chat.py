@@ -19,7 +19,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -103,6 +103,13 @@ def parse_chat_body(body: Any) -> ChatReply:
     )
 
 
+def _parse_text(url: str, text: str) -> ChatReply:
+    try:
+        return parse_chat_body(json.loads(text))
+    except ValueError as exc:
+        raise TransportError(f"{url}: invalid JSON body ({exc})") from exc
+
+
 def _retryable_refusal(url: str, status: int, text: str, retry_500: bool) -> str:
     """What went wrong with a non-200 answer, if it is worth retrying; raises if not."""
     problem = f"HTTP {status}: {text[:300]}"
@@ -176,18 +183,8 @@ class ChatClient:
                 problem = f"{type(exc).__name__}: {str(exc)[:200]}"
                 continue
             if status == 200:
-                try:
-                    reply = parse_chat_body(json.loads(text))
-                except ValueError as exc:
-                    raise TransportError(f"{url}: invalid JSON body ({exc})") from exc
-                latency = time.perf_counter() - started
-                return ChatReply(
-                    reply.content,
-                    reply.tool_calls,
-                    reply.prompt_tokens,
-                    reply.completion_tokens,
-                    latency,
-                )
+                reply = _parse_text(url, text)
+                return replace(reply, latency_s=time.perf_counter() - started)
             problem = _retryable_refusal(url, status, text, retry_500)
         raise TransportError(f"{url}: failed after {self.retry.attempts} attempts: {problem}")
 
@@ -263,19 +260,10 @@ class ChatClient:
                     latency,
                 )
             if status == 200:
-                try:
-                    plain = parse_chat_body(json.loads(text))
-                except ValueError as exc:
-                    raise TransportError(f"{url}: invalid JSON body ({exc})") from exc
+                plain = _parse_text(url, text)
                 if plain.content:
                     on_delta(plain.content)
-                return ChatReply(
-                    plain.content,
-                    plain.tool_calls,
-                    plain.prompt_tokens,
-                    plain.completion_tokens,
-                    latency,
-                )
+                return replace(plain, latency_s=latency)
             problem = _retryable_refusal(url, status, text, retry_500)
         raise TransportError(f"{url}: failed after {self.retry.attempts} attempts: {problem}")
 
