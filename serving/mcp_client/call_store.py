@@ -159,11 +159,18 @@ class CallStore:
 
     def digest(self) -> str:
         """sha256 over the content in canonical order: the same calls, the same digest."""
-        hasher = hashlib.sha256()
-        for call in self:
-            line = json.dumps(
-                [call.server, call.tool, call.arguments, call.result, call.is_error],
-                ensure_ascii=False,
-            )
-            hasher.update(line.encode("utf-8") + b"\n")
-        return hasher.hexdigest()
+        return digest_of(self)
+
+
+def digest_of(calls: Iterable[RecordedCall]) -> str:
+    """`CallStore.digest` of calls already read (in the store's order: server, tool,
+    arguments), so a reader that loads the rows once (the replay server) names the same
+    content without a second pass over the file."""
+    hasher = hashlib.sha256()
+    for call in calls:
+        line = json.dumps(
+            [call.server, call.tool, call.arguments, call.result, call.is_error],
+            ensure_ascii=False,
+        )
+        hasher.update(line.encode("utf-8") + b"\n")
+    return hasher.hexdigest()

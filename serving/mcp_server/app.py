@@ -30,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 from serving.mcp_server.calls import CallRunner
 from serving.mcp_server.config import SEQ_HEADER, SESSION_HEADER, SESSION_META_KEY, ServerConfig
 from serving.mcp_server.metrics import Metrics
+from serving.mcp_server.replay import ReplaySet
 from serving.tools import ToolCatalog
 from serving.tools.base import NotesStore
 
@@ -155,10 +156,11 @@ class McpApp:
         catalog: ToolCatalog,
         metrics: Metrics,
         notes: NotesStore | None = None,
+        replay: ReplaySet | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics
-        self.runner = CallRunner(catalog, config, metrics, notes)
+        self.runner = CallRunner(catalog, config, metrics, notes, replay)
         self.server = build_mcp_server(self.runner)
         if not config.otel_spans:
             self.server.middleware = []  # the SDK's documented opt-out
@@ -227,6 +229,7 @@ class McpApp:
                 "mode": self.config.mode,
                 "tools": len(self.runner.catalog),
                 "pid": os.getpid(),
+                **(self.runner.replay.health() if self.runner.replay else {}),
             },
         )
 

@@ -21,6 +21,7 @@ from typing import Any
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.faults import FaultInjector, empty_result
 from serving.mcp_server.metrics import Metrics
+from serving.mcp_server.replay import CallStoreError, RecordedTool, ReplaySet
 from serving.tools import Tool, ToolCatalog, ToolContext, ToolError, get_catalog
 from serving.tools.base import REFERENCE_NOW, NotesStore
 
@@ -54,7 +55,8 @@ def _real_now() -> dt.datetime:
 
 
 class CallRunner:
-    """Validates, injects faults (mock), executes with a timeout, records metrics."""
+    """Validates, injects faults (mock, replay), executes with a timeout (or answers from the
+    recording in replay mode), records metrics."""
 
     def __init__(
         self,
@@ -62,10 +64,14 @@ class CallRunner:
         config: ServerConfig,
         metrics: Metrics,
         notes: NotesStore | None = None,
+        replay: ReplaySet | None = None,
     ) -> None:
+        if config.mode == "replay" and replay is None:
+            raise ValueError("replay mode needs the loaded recording (replay.load_replay)")
         self.catalog = catalog
         self.config = config
         self.metrics = metrics
+        self.replay = replay if config.mode == "replay" else None
         self.notes = notes if notes is not None else NotesStore()
         self.faults = FaultInjector(config.faults)
         self._now: Callable[[], dt.datetime] = (
@@ -130,7 +136,9 @@ class CallRunner:
             cleaned = tool.validate(arguments if arguments is not None else {})
         except ToolError as exc:
             return Outcome(str(exc), True, exc.kind)
-        if self.config.mode == "mock" and self.faults.active:
+        if self.config.mode != "real" and self.faults.active:
+            # Mock and replay draw from the same keyed injector: the n-th call of a session
+            # under seed K meets the same fault whether the tools are ours or a recording.
             given = arguments if isinstance(arguments, dict) and arguments else cleaned
             seq = seq if seq is not None else self._next_seq(session)
             fault = self.faults.decide(tool.name, given, session, seq)
@@ -141,6 +149,8 @@ class CallRunner:
             if fault.kind == "empty":
                 empty = empty_result(tool.name)
                 return Outcome(_dumps(empty), False, None, empty)
+        if self.replay is not None and isinstance(tool, RecordedTool):
+            return self._replayed(tool, arguments, cleaned)
         context = ToolContext(now=self._now, session_id=session, notes=self.notes)
         impl = tool.mock if (self.config.mode == "mock" and tool.mock) else tool.implementation
         try:
@@ -171,3 +181,16 @@ class CallRunner:
                 "internal_error",
             )
         return Outcome(_dumps(result), False, None, result)
+
+    def _replayed(self, tool: RecordedTool, arguments: Any, cleaned: dict[str, Any]) -> Outcome:
+        """The recorded answer, or the tool error of a call nobody recorded."""
+        assert self.replay is not None
+        given = arguments if isinstance(arguments, dict) else {}
+        try:
+            found = self.replay.find(tool.name, given, cleaned)
+        except CallStoreError as exc:
+            return Outcome(f"Invalid arguments for {tool.name}: {exc}", True, "invalid_arguments")
+        if found is None:
+            return Outcome(self.replay.not_recorded(tool, given), True, "not_recorded")
+        text, is_error = found
+        return Outcome(text, is_error, "execution_error" if is_error else None)

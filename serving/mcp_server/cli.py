@@ -23,8 +23,29 @@ def register_cli(app: typer.Typer) -> None:
     @mcp_app.command("serve")
     def serve(
         mode: Annotated[
-            str, typer.Option(help="mock: frozen clock + fault injection (training); real.")
+            str,
+            typer.Option(
+                help="mock: the built-in tools, frozen clock, fault injection (training). "
+                "replay: serve a recording (--store) of other MCP servers' calls, with the "
+                "same fault injection (training without touching them). real: production."
+            ),
         ] = "mock",
+        store: Annotated[
+            Path | None,
+            typer.Option(
+                help="replay: the CallStore file of recorded calls (serving.mcp_client."
+                "recording.RecordingClient writes it).",
+                dir_okay=False,
+            ),
+        ] = None,
+        store_tools: Annotated[
+            Path | None,
+            typer.Option(
+                help="replay: the recorded tools/list JSON (default: beside the store, "
+                "STORE_STEM.tools.json).",
+                dir_okay=False,
+            ),
+        ] = None,
         host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="TCP port (0: pick a free one).")] = 8000,
         workers: Annotated[int, typer.Option(help="Processes (own SO_REUSEPORT sockets).")] = 2,
@@ -32,25 +53,35 @@ def register_cli(app: typer.Typer) -> None:
             str | None,
             typer.Option(help=f"Bearer token required on /mcp (default: ${TOKEN_ENV})."),
         ] = None,
-        seed: Annotated[int, typer.Option(help="Mock fault seed.")] = 0,
-        failure_rate: Annotated[float, typer.Option(help="Mock: share of calls that fail.")] = 0.0,
-        empty_rate: Annotated[float, typer.Option(help="Mock: share of empty results.")] = 0.0,
-        latency_ms: Annotated[float, typer.Option(help="Mock: mean injected latency.")] = 0.0,
+        seed: Annotated[int, typer.Option(help="Fault seed (mock, replay).")] = 0,
+        failure_rate: Annotated[
+            float, typer.Option(help="Mock, replay: share of calls that fail.")
+        ] = 0.0,
+        empty_rate: Annotated[
+            float, typer.Option(help="Mock, replay: share of empty results.")
+        ] = 0.0,
+        latency_ms: Annotated[
+            float, typer.Option(help="Mock, replay: mean injected latency.")
+        ] = 0.0,
         call_timeout_s: Annotated[float, typer.Option(help="Bound on one tool call.")] = 10.0,
         max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 256 * 1024,
         log_level: Annotated[str, typer.Option(help="debug|info|warning|error")] = "info",
         log_calls: Annotated[bool, typer.Option(help="One log line per call.")] = False,
     ) -> None:
-        """Serve the tool catalog over MCP streamable HTTP at /mcp (plus /healthz, /metrics)."""
+        """Serve the tool catalog (or, in replay mode, a recording) over MCP streamable HTTP
+        at /mcp, plus /healthz and /metrics."""
         from pydantic import ValidationError
 
         from serving.mcp_server.config import FaultConfig, ServerConfig
+        from serving.mcp_server.replay import ReplayError
         from serving.mcp_server.server import run
 
         try:
             config = ServerConfig.model_validate(
                 {
                     "mode": mode,
+                    "store": store,
+                    "store_tools": store_tools,
                     "host": host,
                     "port": port,
                     "workers": workers,
@@ -69,7 +100,12 @@ def register_cli(app: typer.Typer) -> None:
             )
         except ValidationError as exc:
             raise typer.BadParameter(str(exc.errors()[0]["msg"])) from exc
-        raise typer.Exit(run(config))
+        try:
+            status = run(config)
+        except ReplayError as exc:
+            typer.secho(f"cannot serve the recording: {exc}", fg="red", err=True)
+            raise typer.Exit(2) from exc
+        raise typer.Exit(status)
 
     @mcp_app.command("tool-config")
     def tool_config(

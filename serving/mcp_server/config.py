@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -23,7 +24,7 @@ SESSION_META_KEY = "toolrl/session"
 
 
 class FaultConfig(BaseModel):
-    """Mock-mode fault injection. Only consulted when mode == "mock"."""
+    """Fault injection of mock and replay mode (the same draws in both); never in real mode."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -44,9 +45,15 @@ class ServerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["real", "mock"] = "mock"
-    """mock: frozen reference clock, offline providers, fault injection (training).
-    real: the real clock and providers (production)."""
+    mode: Literal["real", "mock", "replay"] = "mock"
+    """mock: the built-in catalog, frozen reference clock, offline providers, fault injection
+    (training). replay: the tools and answers of a recording (`store`), with the same fault
+    injection (training against a user's servers without touching them). real: the real
+    clock and providers (production)."""
+    store: Path | None = None
+    """replay: the CallStore file whose recorded calls are served (required in replay)."""
+    store_tools: Path | None = None
+    """replay: the recorded tools/list sidecar; default: beside the store (`X.tools.json`)."""
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     """0 picks a free port (tests); the chosen port is reported by `run()`."""
@@ -83,6 +90,29 @@ class ServerConfig(BaseModel):
     def _path_is_absolute(self) -> ServerConfig:
         if not self.path.startswith("/"):
             raise ValueError("path must start with '/'")
+        return self
+
+    @model_validator(mode="after")
+    def _replay_has_a_store(self) -> ServerConfig:
+        """A replay server without its recording cannot answer anything, and a store given
+        to another mode would be silently ignored: both are refused here, naming the file.
+        Whether the file really is a CallStore is checked when the server loads it."""
+        if self.mode != "replay":
+            if self.store is not None or self.store_tools is not None:
+                raise ValueError(
+                    f"store/store_tools are only read in replay mode (mode is {self.mode!r})"
+                )
+            return self
+        if self.store is None:
+            raise ValueError(
+                "mode 'replay' needs `store`: the CallStore file of recorded calls "
+                "(toolrl mcp serve --mode replay --store FILE)"
+            )
+        if not self.store.is_file():
+            what = "does not exist" if not self.store.exists() else "is not a file"
+            raise ValueError(f"replay store {self.store} {what}")
+        if self.store_tools is not None and not self.store_tools.is_file():
+            raise ValueError(f"replay tools file {self.store_tools} does not exist")
         return self
 
     def resolved_token(self) -> str | None:

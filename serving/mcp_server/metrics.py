@@ -19,6 +19,7 @@ ERROR_KINDS: Final = (
     "execution_error",
     "timeout",
     "internal_error",
+    "not_recorded",
     "injected_timeout",
     "injected_rate_limit",
     "injected_upstream_5xx",

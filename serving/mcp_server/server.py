@@ -38,6 +38,7 @@ from serving.mcp_server.examples import EXAMPLE_CALLS
 from serving.mcp_server.logs import configure_logging
 from serving.mcp_server.metrics import Metrics
 from serving.mcp_server.notes import SqliteNotesStore
+from serving.mcp_server.replay import ReplaySet, load_replay
 from serving.tools import ToolCatalog, get_catalog
 from serving.tools.base import ToolContext
 
@@ -110,6 +111,7 @@ def _worker_main(
     metrics: Metrics,
     notes_path: str | None,
     ready: Event,
+    replay: ReplaySet | None = None,
 ) -> None:
     # Own process group: a terminal's Ctrl-C reaches only the supervisor, which then sends
     # exactly one SIGTERM (a second signal would make uvicorn drop in-flight calls).
@@ -122,8 +124,9 @@ def _worker_main(
     configure_logging(config.log_level)
     metrics.bind_worker(index)
     notes = SqliteNotesStore(notes_path) if notes_path else None
-    app = McpApp(config, catalog, metrics, notes)
-    warm_up(catalog)
+    app = McpApp(config, catalog, metrics, notes, replay)
+    if replay is None:  # a recording has nothing to warm: its answers are already loaded
+        warm_up(catalog)
     loop = "asyncio"
     with contextlib.suppress(ImportError):
         import uvloop
@@ -160,6 +163,8 @@ class RunningServer:
     processes: list[BaseProcess]
     metrics: Metrics
     _scratch: str | None = None
+    replay: ReplaySet | None = None
+    """The recording served (replay mode): its digest names what rollouts saw."""
     _stopped: bool = field(default=False, init=False)
 
     @property
@@ -204,8 +209,15 @@ def start(
     """Bind, fork the workers, wait until every one of them is serving.
 
     `catalog` lets tests serve extra tools (e.g. one that hangs) without touching the
-    shared catalog; workers inherit it through fork.
+    shared catalog; workers inherit it through fork. In replay mode the catalog is the
+    recording's (loaded and checked here, before any worker starts, so a missing or corrupt
+    store is one `ReplayError` naming the file, not N dying workers).
     """
+    replay = None
+    if config.mode == "replay":
+        assert config.store is not None  # ServerConfig refuses replay without a store
+        replay = load_replay(config.store, config.store_tools)
+        catalog = replay.catalog
     catalog = catalog if catalog is not None else get_catalog()
     sockets = bind_sockets(config.host, config.port, config.workers)
     port = sockets[0].getsockname()[1]
@@ -223,7 +235,7 @@ def start(
     for index in range(config.workers):
         proc = _FORK.Process(
             target=_worker_main,
-            args=(index, sockets, config, catalog, metrics, notes_path, events[index]),
+            args=(index, sockets, config, catalog, metrics, notes_path, events[index], replay),
             name=f"toolrl-mcp-{index}",
             daemon=True,
         )
@@ -231,7 +243,7 @@ def start(
         processes.append(proc)
     for sock in sockets:
         sock.close()
-    handle = RunningServer(config, port, processes, metrics, scratch)
+    handle = RunningServer(config, port, processes, metrics, scratch, replay)
     deadline = time.monotonic() + ready_timeout
     for event, worker in zip(events, processes, strict=True):
         while not event.wait(0.05):
@@ -263,8 +275,14 @@ def run(config: ServerConfig) -> int:
                 "mode": config.mode,
                 "workers": config.workers,
                 "auth": config.resolved_token() is not None,
+                **(handle.replay.health() if handle.replay else {}),
             },
         )
+        if handle.replay is not None and handle.replay.orphans:
+            logger.warning(
+                "recorded calls of tools the sidecar does not list are not served",
+                extra={"calls": handle.replay.orphans, "tools_file": str(handle.replay.tools_path)},
+            )
         while not stop.wait(0.5):
             if not handle.alive():
                 logger.error("a worker exited unexpectedly; stopping")

@@ -90,4 +90,4 @@ def test_serve_then_tool_config_then_sigterm(tmp_path: Path) -> None:
 def test_serve_rejects_bad_options() -> None:
     result = CliRunner().invoke(cli_app(), ["mcp", "serve", "--mode", "fake", "--port", "0"])
     assert result.exit_code != 0
-    assert "Input should be 'real' or 'mock'" in result.output
+    assert "Input should be 'real', 'mock'" in result.output and "'replay'" in result.output
