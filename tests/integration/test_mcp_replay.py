@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 import sys
 from collections.abc import Iterator
@@ -264,12 +265,12 @@ def test_seeded_faults_are_mock_modes_call_for_call(mock_recording: Recording) -
 
 # --- start-up errors -------------------------------------------------------------------
 def test_replay_without_a_store_or_with_a_missing_one_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="needs `store`"):
+    with pytest.raises(ValidationError, match=re.escape("needs `store`")):
         ServerConfig(mode="replay")
     missing = tmp_path / "nope.sqlite"
-    with pytest.raises(ValidationError, match=f"replay store {missing} does not exist"):
+    with pytest.raises(ValidationError, match=re.escape(f"replay store {missing} does not exist")):
         ServerConfig(mode="replay", store=missing)
-    with pytest.raises(ValidationError, match="only read in replay mode"):
+    with pytest.raises(ValidationError, match=re.escape("only read in replay mode")):
         ServerConfig(mode="mock", store=missing)
 
 
@@ -278,12 +279,12 @@ def test_a_store_that_is_not_a_call_store_stops_start_up_naming_it(
 ) -> None:
     text = tmp_path / "text.sqlite"
     text.write_text("not a database, just text\n" * 100)
-    with pytest.raises(ReplayError, match=f"{text} is not a CallStore"):
+    with pytest.raises(ReplayError, match=re.escape(f"{text} is not a CallStore")):
         start(replay_config(text))
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as db:
         db.execute("CREATE TABLE calls (a TEXT)")
-    with pytest.raises(ReplayError, match=f"{other} is not a CallStore"):
+    with pytest.raises(ReplayError, match=re.escape(f"{other} is not a CallStore")):
         start(replay_config(other))
     lonely = tmp_path / "lonely.sqlite"
     CallStore(lonely).close()  # a real store, but nobody wrote its tools/list
@@ -291,7 +292,7 @@ def test_a_store_that_is_not_a_call_store_stops_start_up_naming_it(
         load_replay(lonely)
     broken = tmp_path / "broken.tools.json"
     broken.write_text("{")
-    with pytest.raises(ReplayError, match=f"{broken} is not a readable JSON file"):
+    with pytest.raises(ReplayError, match=re.escape(f"{broken} is not a readable JSON file")):
         start(replay_config(time_recording.store, store_tools=broken))
 
 
@@ -389,3 +390,56 @@ def test_hostile_arguments_are_tool_errors_never_a_crash(
     assert reply.status_code == 400 and reply.json()["error"]["code"] == -32700  # as in mock
     assert call_all(open_replay.url, [("kv_put", {"payload": {"a": [1, 2]}})]) == ok
     assert open_replay.alive()
+
+
+# --- the recording client itself ----------------------------------------------------------
+def test_recording_skips_what_has_no_canonical_form_and_merges_sidecars(
+    tmp_path: Path, time_recording: Recording
+) -> None:
+    """A NaN argument is forwarded (the server answers) but not recorded; a second server's
+    tools/list joins the sidecar instead of replacing the first's."""
+    store_path = tmp_path / "calls.sqlite"
+
+    async def scenario() -> None:
+        with CallStore(store_path) as store:
+            inner = StdioMcpClient("time", sys.executable, ["-m", "mcp_server_time"])
+            client = RecordingClient(inner, store, "time", prefix="time_", batch_size=10)
+            try:
+                result = await client.call_tool("get_current_time", {"timezone": float("nan")})
+                assert result.is_error  # the real server's own answer
+                await client.call_tool("get_current_time", PARIS)
+                assert len(store) == 0  # buffered until the batch fills or close()
+                await client.write_schemas()
+            finally:
+                await client.close()
+            assert (client.recorded, client.skipped, len(store)) == (1, 1, 1)
+
+    run(scenario())
+    write_recorded_tools(tools_path_for(store_path), "kv", [], prefix="kv_")
+    servers = read_recorded_tools(tools_path_for(store_path))
+    assert set(servers) == {"kv", "time"} and servers["time"].prefix == "time_"
+    assert (
+        servers["time"].tools
+        == read_recorded_tools(tools_path_for(time_recording.store))["time"].tools
+    )
+
+
+def test_the_cpu_backend_serves_the_specs_recording(time_recording: Recording) -> None:
+    """`tools.mode: replay` in a spec makes the run's embedded tool server a replay server."""
+    from training.cpu_backend.run import tool_server
+    from training.spec.model import TrainingSpec
+
+    spec = TrainingSpec.model_validate(
+        {
+            "name": "t",
+            "model": {"path": "tiny://hermes"},
+            "data": {"train_files": ["/d/a.parquet"], "test_files": ["/d/b.parquet"]},
+            "batch": {"ppo_mini_batch_size": 4},
+            "tools": {"mode": "replay", "store": str(time_recording.store)},
+        }
+    )
+    with tool_server(spec) as url:
+        health = httpx.get(url.removesuffix("/mcp") + "/healthz", timeout=5).json()
+        [(is_error, text)] = call_all(url, [("time_get_current_time", PARIS)])
+    assert health["mode"] == "replay" and health["store"] == str(time_recording.store)
+    assert (is_error, text) == (False, time_recording.results["paris"][0])

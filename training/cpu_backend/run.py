@@ -54,14 +54,22 @@ MODEL_FILES = (
 
 @contextmanager
 def tool_server(spec: TrainingSpec) -> Iterator[str]:
-    """The MCP endpoint for the run: a private mock-mode server, or the spec's URL."""
+    """The MCP endpoint for the run: a private server in the spec's tool mode (mock, replay
+    of `tools.store`, or real), or the spec's URL."""
     if spec.cpu.mcp == "external":
         yield spec.tools.server_url
         return
     from serving.mcp_server.config import ServerConfig
     from serving.mcp_server.server import start
 
-    with start(ServerConfig(mode="mock", port=0, workers=1, log_level="warning")) as server:
+    config = ServerConfig(
+        mode=spec.tools.mode,
+        store=Path(spec.tools.store) if spec.tools.store else None,
+        port=0,
+        workers=1,
+        log_level="warning",
+    )
+    with start(config) as server:
         yield server.url
 
 

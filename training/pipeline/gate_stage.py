@@ -134,6 +134,8 @@ def register_candidate_version(
         call_format=spec.model.call_format,
         base_model=str(planned.get("base_model") or spec.model.path)[:250],
         parent_version=planned.get("parent_version"),
+        tool_mode=planned.get("tool_mode", spec.tools.mode),
+        tool_store_digest=planned.get("tool_store_digest"),
     )
     info = register_candidate(
         tracking_uri,

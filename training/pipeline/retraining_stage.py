@@ -11,12 +11,15 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from training.jobs.result import TrainingResult
 from training.pipeline.config import REPO_ROOT, PipelineConfig
+
+if TYPE_CHECKING:
+    from training.spec.model import TrainingSpec
 
 
 class StageError(RuntimeError):
@@ -178,6 +181,12 @@ def prepare_spec(
             "checkpoint": base.checkpoint.model_copy(
                 update={"run_dir": str(workdir / "checkpoints")}
             ),
+            # The job runs elsewhere (a Ray worker's cwd): the recording is named absolutely.
+            "tools": base.tools.model_copy(
+                update={
+                    "store": str(Path(base.tools.store).resolve()) if base.tools.store else None
+                }
+            ),
         }
     )
     spec, start = starting_point(spec, workdir, tracking_uri, model_name)
@@ -197,8 +206,25 @@ def prepare_spec(
         "dataset_version": dataset["dataset_version"],
         "warnings": warnings,
         "base_model": base.model.path,
+        **tool_lineage(spec),
         **start,
     }
+
+
+def tool_lineage(spec: TrainingSpec) -> dict[str, str | None]:
+    """Which tools the run trains against, for the lineage tags: the mode, and in replay the
+    digest of the recording (read and checked now, so a missing or corrupt store fails the
+    plan, naming the file, before any GPU is booked)."""
+    digest = None
+    if spec.tools.mode == "replay":
+        from serving.mcp_server.replay import ReplayError, load_replay
+
+        assert spec.tools.store is not None  # the spec refuses replay without a store
+        try:
+            digest = load_replay(Path(spec.tools.store)).digest
+        except ReplayError as exc:
+            raise StageError(f"tools.store: {exc}") from exc
+    return {"tool_mode": spec.tools.mode, "tool_store_digest": digest}
 
 
 def check_mcp(url: str) -> str:

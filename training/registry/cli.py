@@ -85,6 +85,12 @@ def register_command(
     call_format: Annotated[str, typer.Option(help="hermes or qwen3_coder.")] = "hermes",
     eval_report: Annotated[Path | None, typer.Option(help="Eval report JSON.")] = None,
     name: Annotated[str | None, typer.Option(help="Model name; default TOOLRL_MODEL_NAME.")] = None,
+    tool_mode: Annotated[
+        str | None, typer.Option(help="Tools trained against: mock, replay or real.")
+    ] = None,
+    tool_store_digest: Annotated[
+        str | None, typer.Option(help="replay: the recording's CallStore digest.")
+    ] = None,
 ) -> None:
     """Register a candidate (alias `challenger`); same run key -> same version."""
     from pydantic import ValidationError
@@ -102,6 +108,8 @@ def register_command(
             spec_hash=spec_hash,
             git_sha=git_sha,
             call_format=call_format,
+            tool_mode=tool_mode,
+            tool_store_digest=tool_store_digest,
         )
         _print(register_candidate(uri, name or default_name, model_dir, lineage, eval_report))
     except (ValidationError, RegistryError, ReportError) as exc:

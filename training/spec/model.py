@@ -134,10 +134,36 @@ class ScheduleSection(_Section):
     )
 
 
+ToolMode = Literal["mock", "replay", "real"]
+
+
 class ToolsSection(_Section):
     server_url: str = Field(default="http://127.0.0.1:8000/mcp", description="MCP endpoint.")
     timeout_s: float = Field(default=30.0, gt=0, description="Per tool call.")
     max_concurrency: int = Field(default=64, ge=1, description="Calls in flight per worker.")
+    mode: ToolMode = Field(
+        default="mock",
+        description="Which tools rollouts call (recorded in the lineage tags): mock: the "
+        "built-in catalog in the reference context; replay: the recording in `store` "
+        "(a user's servers, never touched by training); real: live tools (sandboxes only). "
+        "The embedded CPU-backend server runs in this mode; an external server at "
+        "server_url must be started in it (`toolrl mcp serve --mode ...`).",
+    )
+    store: str | None = Field(
+        default=None,
+        description="replay: the CallStore file served (its sidecar `STEM.tools.json` beside "
+        "it); its content digest goes into the lineage tags.",
+    )
+
+    @model_validator(mode="after")
+    def _store_with_replay(self) -> ToolsSection:
+        if self.mode == "replay" and not self.store:
+            raise ValueError("tools.mode 'replay' needs tools.store (the CallStore file)")
+        if self.mode != "replay" and self.store:
+            raise ValueError(
+                f"tools.store is only used with tools.mode 'replay' (not {self.mode!r})"
+            )
+        return self
 
 
 class JudgeSection(_Section):
