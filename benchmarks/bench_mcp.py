@@ -1,5 +1,5 @@
-"""MCP tool-server benchmark: our server (mock mode) against the SDK's default server, side
-by side in one run, plus the bridge's own cost per call.
+"""MCP tool-server benchmark: our server (mock and replay mode) against the SDK's default
+server, side by side in one run, plus the bridge's own cost per call.
 
     .venv/bin/python benchmarks/bench_mcp.py [--calls 3000] [--rounds 3] [--sessions 16]
 
@@ -7,6 +7,8 @@ Load generator on the same machine, 16 concurrent sessions (each: sequential cal
 rollout trajectory does), a mix of the nine stateless catalog tools. Scenarios:
 
 - ours + bridge client          the training path (headline)
+- ours replay + bridge client   replay mode serving a recording of the same calls (recorded
+                                from the mock server through RecordingClient at start-up)
 - ours + official `mcp` client  conformance-level client cost
 - SDK default + official client the SDK's MCPServer with its default streamable-HTTP app
                                 (stateful, SSE replies), driven by its own client
@@ -30,9 +32,11 @@ import json
 import multiprocessing
 import os
 import platform
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -45,7 +49,9 @@ import uvicorn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from serving.mcp_client.call_store import CallStore  # noqa: E402
 from serving.mcp_client.http import McpHttpClient  # noqa: E402
+from serving.mcp_client.recording import RecordingClient  # noqa: E402
 from serving.mcp_server.config import ServerConfig  # noqa: E402
 from serving.mcp_server.examples import EXAMPLE_CALLS  # noqa: E402
 from serving.mcp_server.server import start  # noqa: E402
@@ -366,6 +372,19 @@ async def verl_tool_overhead(url: str, calls: int = 1500) -> dict[str, Any]:
     }
 
 
+async def record_mix(url: str, store_path: Path) -> int:
+    """Record the benchmark's call mix from the mock server (what replay then serves)."""
+    with CallStore(store_path) as store:
+        client = RecordingClient(McpHttpClient(url), store, "toolrl")
+        try:
+            for name, args in MIX:
+                await client.call_tool(name, args)
+            await client.write_schemas()
+        finally:
+            await client.close()
+        return len(store)
+
+
 def auth_side_by_side(opts: argparse.Namespace) -> None:
     """The same server and client with and without the bearer token, rounds interleaved:
     what requiring the token costs per call (issue 18's target: at most 5%)."""
@@ -461,13 +480,29 @@ def main() -> None:
     }
     scenarios = report["scenarios"]
     config = ServerConfig(mode="mock", port=0, workers=opts.workers, log_level="warning")
-    with start(config) as ours, baseline_server() as base:
+    scratch = Path(tempfile.mkdtemp(prefix="bench-mcp-replay-"))
+    store_path = scratch / "calls.sqlite"
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, scratch, True)
+        ours = stack.enter_context(start(config))
+        recorded = asyncio.run(record_mix(ours.url, store_path))
+        replay_config = config.model_copy(update={"mode": "replay", "store": store_path})
+        replay = stack.enter_context(start(ServerConfig.model_validate(replay_config.model_dump())))
+        base = stack.enter_context(baseline_server())
+        assert replay.replay is not None
+        report["setup"]["replay_store"] = {"calls": recorded, "digest": replay.replay.digest}
         ours_pids = [p.pid for p in ours.processes if p.pid is not None]
+        replay_pids = [p.pid for p in replay.processes if p.pid is not None]
         plan: list[tuple[str, list[int], Callable[[], dict[str, Any]]]] = [
             (
                 "ours+bridge",
                 ours_pids,
                 lambda: asyncio.run(bridge_scenario(ours.url, opts.calls, opts.sessions, "auto")),
+            ),
+            (
+                "ours_replay+bridge",
+                replay_pids,
+                lambda: asyncio.run(bridge_scenario(replay.url, opts.calls, opts.sessions, "auto")),
             ),
             (
                 "sdk_default+official",
@@ -517,6 +552,7 @@ def main() -> None:
                 (os.cpu_count() or 1) * 1000 / cost_ms, 1
             )
         report["ours_worker_rss_mb"] = {"before": rss_before, "after": _rss_mb(ours_pids)}
+        report["replay_worker_rss_mb"] = _rss_mb(replay_pids)
         report["bridge_overhead"] = asyncio.run(bridge_overhead(ours.url))
         report["verl_tool_overhead"] = asyncio.run(verl_tool_overhead(ours.url))
     headline = scenarios["ours+bridge"]
@@ -532,6 +568,9 @@ def main() -> None:
             / scenarios["sdk_default+official"]["calls_per_s"],
             2,
         ),
+        "replay_vs_mock": round(
+            scenarios["ours_replay+bridge"]["calls_per_s"] / headline["calls_per_s"], 3
+        ),
     }
     overhead, ratios = report["bridge_overhead"], report["ratios"]
     report["targets"] = {
@@ -541,6 +580,7 @@ def main() -> None:
         "ratio_ge_4x_vs_default_same_client": ratios["ours_bridge_vs_default_bridge"] >= 4,
         "bridge_cpu_le_0_3ms": headline["client_cpu_ms_per_call"] <= 0.3,
         "bridge_added_latency_lt_2ms": overhead["added_latency_p50_ms"] < 2,
+        "replay_throughput_ge_2000": scenarios["ours_replay+bridge"]["calls_per_s"] >= 2000,
     }
     report["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     opts.out.parent.mkdir(parents=True, exist_ok=True)
@@ -550,6 +590,11 @@ def main() -> None:
             {k: report[k] for k in ("ratios", "targets", "bridge_overhead", "verl_tool_overhead")},
             indent=2,
         )
+    )
+    replayed = scenarios["ours_replay+bridge"]
+    print(
+        f"replay {replayed['calls_per_s']:.0f} calls/s vs mock {headline['calls_per_s']:.0f} "
+        f"calls/s at {opts.sessions} sessions: ratio replay/mock {ratios['replay_vs_mock']:.3f}"
     )
     print(f"wrote {opts.out}")
 
