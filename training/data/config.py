@@ -59,6 +59,10 @@ class ValidationConfig(BaseModel):
         default=2_048, ge=64, description="Token budget of a rendered prompt (tools included)."
     )
     min_rows: int = Field(default=10, ge=1, description="A dataset smaller than this is refused.")
+    languages: list[str] = Field(
+        default_factory=lambda: ["en", "zh"],
+        description="Allowed values of the `language` column (a pack dataset: its languages).",
+    )
     check_verl_dataset: bool = Field(
         default=True, description="Also load train.parquet with verl's RLHFDataset if installed."
     )

@@ -63,7 +63,7 @@ def row_expectations(config: ValidationConfig) -> list[Any]:
         gxe.ExpectColumnValuesToBeInSet(
             column="difficulty", value_set=[d.value for d in Difficulty]
         ),
-        gxe.ExpectColumnValuesToBeInSet(column="language", value_set=["en", "zh"]),
+        gxe.ExpectColumnValuesToBeInSet(column="language", value_set=list(config.languages)),
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "test"]),
         gxe.ExpectColumnValuesToBeInSet(column="prompt_roles", value_set=["system,user"]),
         gxe.ExpectColumnValuesToBeUnique(column="query"),

@@ -40,19 +40,30 @@ def count_texts(texts: Sequence[str], tokenizer: str = DEFAULT_TOKENIZER) -> lis
 
 @cache
 def tool_block_tokens(tokenizer: str = DEFAULT_TOKENIZER) -> int:
-    lines = [json.dumps(s, ensure_ascii=False) for s in get_catalog().openai_schemas()]
+    return schema_block_tokens(get_catalog().openai_schemas(), tokenizer)
+
+
+def schema_block_tokens(
+    schemas: Sequence[dict[str, Any]], tokenizer: str = DEFAULT_TOKENIZER
+) -> int:
+    """Tokens of the template's `<tools>` block for these OpenAI function schemas."""
+    lines = [json.dumps(s, ensure_ascii=False) for s in schemas]
     return sum(count_texts(lines, tokenizer)) + TOOL_BLOCK_OVERHEAD
 
 
-def prompt_tokens(prompts: Sequence[Sequence[dict[str, Any]]]) -> list[int]:
-    """Token count of each rendered prompt (messages + tool block)."""
+def prompt_tokens(
+    prompts: Sequence[Sequence[dict[str, Any]]],
+    tool_schemas: Sequence[dict[str, Any]] | None = None,
+) -> list[int]:
+    """Token count of each rendered prompt (messages + tool block). `tool_schemas`: the
+    tools the prompts are rendered with (a pack's server); default the project's catalog."""
     flat: list[str] = []
     sizes: list[int] = []
     for messages in prompts:
         sizes.append(len(messages))
         flat.extend(str(m.get("content", "")) for m in messages)
     counts = count_texts(flat)
-    base = tool_block_tokens()
+    base = tool_block_tokens() if tool_schemas is None else schema_block_tokens(tool_schemas)
     totals: list[int] = []
     position = 0
     for size in sizes:

@@ -18,7 +18,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
@@ -34,6 +34,9 @@ from training.data.schema import (
 )
 from training.data.tokens import prompt_tokens
 from training.data.validation_page import page_path, write_validation_page
+
+if TYPE_CHECKING:
+    from training.data.packs.truth import PackTruth
 
 SPLITS = ("train", "test")
 SUITE_NAME = "toolrl_dataset"
@@ -218,8 +221,14 @@ def check_row_truth(row: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def derive_frame(splits: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One flat frame (both splits) with the raw columns and the computed check columns."""
+def derive_frame(
+    splits: dict[str, pd.DataFrame], pack_truth: PackTruth | None = None
+) -> pd.DataFrame:
+    """One flat frame (both splits) with the raw columns and the computed check columns.
+    `pack_truth`: a pack dataset's rows are checked against its own tool snapshot and call
+    store (`training.data.packs.truth`) instead of the project's catalog."""
+    check_row = pack_truth.check_row if pack_truth is not None else check_row_truth
+    schemas = pack_truth.openai_schemas() if pack_truth is not None else None
     parts = []
     for split, frame in splits.items():
         part = pd.DataFrame(
@@ -243,10 +252,8 @@ def derive_frame(splits: dict[str, pd.DataFrame]) -> pd.DataFrame:
                 "tools_used": frame["tools_used"].map(lambda t: list(t) if t is not None else []),
             }
         )
-        part["prompt_tokens"] = prompt_tokens([list(p) for p in frame["prompt"]])
-        flags = [
-            check_row_truth({str(k): v for k, v in row.items()}) for row in frame.to_dict("records")
-        ]
+        part["prompt_tokens"] = prompt_tokens([list(p) for p in frame["prompt"]], schemas)
+        flags = [check_row({str(k): v for k, v in row.items()}) for row in frame.to_dict("records")]
         part = pd.concat([part, pd.DataFrame(flags, index=part.index)], axis=1)
         parts.append(part)
     derived = pd.concat(parts, ignore_index=True)
@@ -264,8 +271,13 @@ def derive_frame(splits: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return derived
 
 
-def coverage_frame(derived: pd.DataFrame, generation: GenerationConfig | None) -> pd.DataFrame:
-    """One row per category (share vs target) and per tool (row count), for bounds checks."""
+def coverage_frame(
+    derived: pd.DataFrame,
+    generation: GenerationConfig | None,
+    tool_names: list[str] | None = None,
+) -> pd.DataFrame:
+    """One row per category (share vs target) and per tool (row count), for bounds checks.
+    `tool_names`: the tools that must be covered (default: the project's catalog)."""
     total = max(len(derived), 1)
     mix = generation.category_mix if generation else {}
     rows = []
@@ -281,7 +293,7 @@ def coverage_frame(derived: pd.DataFrame, generation: GenerationConfig | None) -
             }
         )
     tool_counts = derived["tools_used"].explode().value_counts()
-    for name in get_catalog().names:
+    for name in get_catalog().names if tool_names is None else tool_names:
         rows.append(
             {"kind": "tool", "key": name, "count": int(tool_counts.get(name, 0)), "deviation": 0.0}
         )
@@ -355,8 +367,19 @@ def validate_dataset(dataset_dir: Path, config: ValidationConfig | None = None) 
                     "manifest.generator does not parse as GenerationConfig",
                 )
             )
-    derived = derive_frame(splits)
-    coverage = coverage_frame(derived, generation)
+    pack_truth, pack_checks = _open_pack_truth(dataset_dir, manifest)
+    checks += pack_checks
+    if pack_truth is not None:
+        config = config.model_copy(update={"languages": pack_truth.languages})
+    try:
+        derived = derive_frame(splits, pack_truth)
+    finally:
+        if pack_truth is not None:
+            pack_truth.close()
+    pack_tools = (
+        sorted(manifest.get("tools") or {}) if pack_truth is not None and manifest else None
+    )
+    coverage = coverage_frame(derived, generation, pack_tools)
     results, docs = run_suites(derived, coverage, config, dataset_dir / "validation")
     problems = derived.loc[derived["problem"].notna(), ["index", "problem"]]
     for result in results:
@@ -409,6 +432,26 @@ def validate_dataset(dataset_dir: Path, config: ValidationConfig | None = None) 
     )
     _write_page(report, dataset_dir)
     return report
+
+
+def _open_pack_truth(
+    dataset_dir: Path, manifest: dict[str, Any] | None
+) -> tuple[PackTruth | None, list[CheckResult]]:
+    """For a dataset generated from a task pack: its truth source and the call-store checks
+    (the store is there, and its digest is the one the manifest names)."""
+    generator = (manifest or {}).get("generator")
+    if not manifest or not isinstance(generator, dict) or generator.get("kind") != "pack":
+        return None, []
+    from training.data.packs.truth import PackTruth, PackTruthError
+
+    try:
+        truth = PackTruth.open(dataset_dir, manifest)
+    except PackTruthError as exc:
+        return None, [CheckResult("pack_call_store_readable", False, str(exc))]
+    digest = truth.store.digest()
+    same = digest == truth.digest
+    detail = "" if same else f"store digest {digest[:16]} != manifest {str(truth.digest)[:16]}"
+    return truth, [CheckResult("pack_call_store_digest", same, detail)]
 
 
 def _write_page(report: ValidationReport, dataset_dir: Path) -> None:

@@ -1,0 +1,141 @@
+"""Row truth checks for a pack dataset: the same flags as the built-in check, answered from
+the dataset's own tool snapshot and call store instead of the project's catalog.
+
+Why from the store, not by calling the server again: a third-party server's results may be
+live (the current time) or stateful, so a second execution need not agree with the first;
+the store is what training replays, so "every expected call is recorded, without error, with
+exactly the result in the ground truth" is the property that matters. Arguments are checked
+against the `inputSchema` the server listed at generation time (`tools.json`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from serving.mcp_client.call_store import CallStore
+from training.data.packs.check import schema_problems, validator_for
+from training.data.packs.results import result_object
+from training.data.schema import GroundTruth
+
+
+class PackTruthError(ValueError):
+    """The dataset's pack files (tool snapshot, call store) are missing or unreadable."""
+
+
+@dataclass
+class PackTruth:
+    """What a pack dataset's rows are checked against."""
+
+    tools: list[dict[str, Any]]
+    store: CallStore
+    digest: str | None
+    languages: list[str]
+
+    @classmethod
+    def open(cls, dataset_dir: Path, manifest: Mapping[str, Any]) -> PackTruth:
+        tools_path = dataset_dir / str(manifest.get("tools_file") or "tools.json")
+        store_info = manifest.get("call_store") or {}
+        store_path = Path(str(store_info.get("path") or "calls.sqlite"))
+        if not store_path.is_absolute():
+            store_path = dataset_dir / store_path
+        try:
+            tools = json.loads(tools_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PackTruthError(f"tool snapshot {tools_path} unreadable: {exc}") from None
+        if not store_path.is_file():
+            raise PackTruthError(f"call store {store_path} is missing")
+        languages = sorted((manifest.get("pack") or {}).get("languages") or {"en": 1.0})
+        return cls(tools, CallStore(store_path), store_info.get("digest"), languages)
+
+    def __post_init__(self) -> None:
+        self._by_name = {str(t["name"]): t for t in self.tools}
+        self._validators = {
+            name: validator_for(t["inputSchema"]) for name, t in self._by_name.items()
+        }
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def openai_schemas(self) -> list[dict[str, Any]]:
+        """The tools as the chat template renders them (for the prompt token budget)."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description", ""),
+                    "parameters": t["inputSchema"],
+                },
+            }
+            for t in self.tools
+        ]
+
+    def close(self) -> None:
+        self.store.close()
+
+    def check_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """The flags `training.data.validate.check_row_truth` computes, for a pack row."""
+        flags: dict[str, Any] = {
+            "gt_parses": False,
+            "tools_known": False,
+            "args_valid": False,
+            "gt_recomputes": False,
+            "calls_consistent": False,
+            "problem": None,
+        }
+        try:
+            truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
+        except (ValueError, TypeError, KeyError) as exc:
+            flags["problem"] = f"ground truth does not parse: {str(exc)[:120]}"
+            return flags
+        flags["gt_parses"] = True
+        unknown = [c.name for c in truth.expected_calls if c.name not in self._by_name]
+        flags["tools_known"] = not unknown
+        if unknown:
+            flags["problem"] = f"unknown tool(s): {', '.join(unknown)}"
+            return flags
+        invalid = [
+            f"{c.name}: {problem}"
+            for c in truth.expected_calls
+            for problem in schema_problems(self._validators[c.name], c.arguments)
+        ]
+        flags["args_valid"] = not invalid
+        if invalid:
+            flags["problem"] = invalid[0][:200]
+            return flags
+        try:
+            expected_calls = json.loads(row["expected_calls"])
+        except (TypeError, ValueError):
+            expected_calls = None
+        flags["calls_consistent"] = expected_calls == [
+            [c.model_dump() for c in step] for step in truth.steps
+        ]
+        recorded: list[list[dict[str, Any]]] = []
+        for step in truth.steps:
+            objects = []
+            for call in step:
+                tool = self._by_name[call.name]
+                found = self.store.lookup(
+                    str(tool["server"]), str(tool["server_tool"]), call.arguments
+                )
+                if found is None or found.is_error:
+                    state = "is not in the call store" if found is None else "is an error there"
+                    flags["problem"] = f"expected call {call.name}{call.arguments} {state}"[:200]
+                    return flags
+                objects.append(result_object(found.result))
+            recorded.append(objects)
+        blob = json.dumps(recorded, ensure_ascii=False)
+        missing = [a for a in truth.answers if a not in blob]
+        flags["gt_recomputes"] = recorded == truth.results and not missing
+        if recorded != truth.results:
+            flags["problem"] = "the call store's results differ from the ground truth"
+        elif missing:
+            flags["problem"] = f"answer(s) not produced by the tools: {missing[:3]}"
+        elif not flags["calls_consistent"]:
+            flags["problem"] = "expected_calls column disagrees with the ground truth"
+        return flags
