@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 
 from serving.mcp_server.calls import CallRunner
 from serving.mcp_server.config import SEQ_HEADER, SESSION_HEADER, SESSION_META_KEY, ServerConfig
+from serving.mcp_server.live import LiveTools
 from serving.mcp_server.metrics import Metrics
 from serving.mcp_server.replay import ReplaySet
 from serving.tools import ToolCatalog
@@ -157,10 +158,11 @@ class McpApp:
         metrics: Metrics,
         notes: NotesStore | None = None,
         replay: ReplaySet | None = None,
+        live: LiveTools | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics
-        self.runner = CallRunner(catalog, config, metrics, notes, replay)
+        self.runner = CallRunner(catalog, config, metrics, notes, replay, live)
         self.server = build_mcp_server(self.runner)
         if not config.otel_spans:
             self.server.middleware = []  # the SDK's documented opt-out
@@ -264,6 +266,7 @@ class McpApp:
                 self.ready = False
                 if self._stack is not None:
                     await self._stack.aclose()
+                await self.runner.aclose()
                 self.runner.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -18,8 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from serving.mcp_client.base import McpClientError, McpProtocolError
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.faults import FaultInjector, empty_result
+from serving.mcp_server.live import LiveTools
 from serving.mcp_server.metrics import Metrics
 from serving.mcp_server.replay import CallStoreError, RecordedTool, ReplaySet
 from serving.tools import Tool, ToolCatalog, ToolContext, ToolError, get_catalog
@@ -65,13 +67,17 @@ class CallRunner:
         metrics: Metrics,
         notes: NotesStore | None = None,
         replay: ReplaySet | None = None,
+        live: LiveTools | None = None,
     ) -> None:
         if config.mode == "replay" and replay is None:
             raise ValueError("replay mode needs the loaded recording (replay.load_replay)")
+        if config.mode == "live" and live is None:
+            raise ValueError("live mode needs the listed sources (live.LiveTools.load)")
         self.catalog = catalog
         self.config = config
         self.metrics = metrics
         self.replay = replay if config.mode == "replay" else None
+        self.live = live if config.mode == "live" else None
         self.notes = notes if notes is not None else NotesStore()
         self.faults = FaultInjector(config.faults)
         self._now: Callable[[], dt.datetime] = (
@@ -110,6 +116,11 @@ class CallRunner:
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def aclose(self) -> None:
+        """Stop what lives on the event loop (live mode's clients and stdio servers)."""
+        if self.live is not None:
+            await self.live.close()
+
     async def call(
         self, name: Any, arguments: Any, session: str | None = None, seq: int | None = None
     ) -> Outcome:
@@ -136,7 +147,7 @@ class CallRunner:
             cleaned = tool.validate(arguments if arguments is not None else {})
         except ToolError as exc:
             return Outcome(str(exc), True, exc.kind)
-        if self.config.mode != "real" and self.faults.active:
+        if self.config.mode in ("mock", "replay") and self.faults.active:
             # Mock and replay draw from the same keyed injector: the n-th call of a session
             # under seed K meets the same fault whether the tools are ours or a recording.
             given = arguments if isinstance(arguments, dict) and arguments else cleaned
@@ -151,6 +162,8 @@ class CallRunner:
                 return Outcome(_dumps(empty), False, None, empty)
         if self.replay is not None and isinstance(tool, RecordedTool):
             return self._replayed(tool, arguments, cleaned)
+        if self.live is not None and isinstance(tool, RecordedTool):
+            return await self._live(tool, arguments, session, seq)
         context = ToolContext(now=self._now, session_id=session, notes=self.notes)
         impl = tool.mock if (self.config.mode == "mock" and tool.mock) else tool.implementation
         try:
@@ -194,3 +207,38 @@ class CallRunner:
             return Outcome(self.replay.not_recorded(tool, given), True, "not_recorded")
         text, is_error = found
         return Outcome(text, is_error, "execution_error" if is_error else None)
+
+    async def _live(
+        self, tool: RecordedTool, arguments: Any, session: str, seq: int | None
+    ) -> Outcome:
+        """Pass-through to the owning source. Its answer (tool errors included) is the
+        outcome; a source that is down or too slow is a tool error naming it, so a rollout
+        in a sandbox reads it like any failing tool."""
+        assert self.live is not None
+        given = arguments if isinstance(arguments, dict) else {}
+        try:
+            async with self._slots:
+                result = await asyncio.wait_for(
+                    self.live.call(tool.name, given, session, seq),
+                    timeout=self.config.call_timeout_s,
+                )
+        except TimeoutError:
+            return Outcome(
+                f"Error: {tool.source_name} on {tool.server} did not answer within "
+                f"{self.config.call_timeout_s:g} s; retry the call or try another approach.",
+                True,
+                "timeout",
+            )
+        except McpProtocolError as exc:
+            return Outcome(f"Error from {tool.server}: {exc.message}", True, "execution_error")
+        except McpClientError as exc:
+            logger.warning("live source failed", extra={"server": tool.server, "error": str(exc)})
+            return Outcome(
+                f"Error: the {tool.server} service is unavailable ({str(exc)[:200]}). "
+                "Retry later or answer without this tool.",
+                True,
+                "execution_error",
+            )
+        kind = "execution_error" if result.is_error else None
+        structured = result.structured if isinstance(result.structured, dict) else None
+        return Outcome(result.text, result.is_error, kind, structured)

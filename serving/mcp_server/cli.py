@@ -27,14 +27,15 @@ def register_cli(app: typer.Typer) -> None:
             typer.Option(
                 help="mock: the built-in tools, frozen clock, fault injection (training). "
                 "replay: serve a recording (--store) of other MCP servers' calls, with the "
-                "same fault injection (training without touching them). real: production."
+                "same fault injection (training without touching them). live: pass-through "
+                "to --sources, recording into --store when given (sandboxes). real: production."
             ),
         ] = "mock",
         store: Annotated[
             Path | None,
             typer.Option(
                 help="replay: the CallStore file of recorded calls (serving.mcp_client."
-                "recording.RecordingClient writes it).",
+                "recording.RecordingClient or --mode live writes it). live: record into it.",
                 dir_okay=False,
             ),
         ] = None,
@@ -42,7 +43,14 @@ def register_cli(app: typer.Typer) -> None:
             Path | None,
             typer.Option(
                 help="replay: the recorded tools/list JSON (default: beside the store, "
-                "STORE_STEM.tools.json).",
+                "STORE_STEM.tools.json); live: where it is written.",
+                dir_okay=False,
+            ),
+        ] = None,
+        sources: Annotated[
+            Path | None,
+            typer.Option(
+                help="live: tool-sources YAML (servers: / mcpServers:) to pass calls to.",
                 dir_okay=False,
             ),
         ] = None,
@@ -72,6 +80,7 @@ def register_cli(app: typer.Typer) -> None:
         at /mcp, plus /healthz and /metrics."""
         from pydantic import ValidationError
 
+        from serving.mcp_client.base import McpClientError
         from serving.mcp_server.config import FaultConfig, ServerConfig
         from serving.mcp_server.replay import ReplayError
         from serving.mcp_server.server import run
@@ -82,6 +91,7 @@ def register_cli(app: typer.Typer) -> None:
                     "mode": mode,
                     "store": store,
                     "store_tools": store_tools,
+                    "sources": sources,
                     "host": host,
                     "port": port,
                     "workers": workers,
@@ -104,6 +114,11 @@ def register_cli(app: typer.Typer) -> None:
             status = run(config)
         except ReplayError as exc:
             typer.secho(f"cannot serve the recording: {exc}", fg="red", err=True)
+            raise typer.Exit(2) from exc
+        except (McpClientError, ValidationError, ValueError, OSError) as exc:
+            if config.mode != "live":
+                raise
+            typer.secho(f"cannot serve the tool sources {sources}: {exc}", fg="red", err=True)
             raise typer.Exit(2) from exc
         raise typer.Exit(status)
 

@@ -45,15 +45,20 @@ class ServerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["real", "mock", "replay"] = "mock"
+    mode: Literal["real", "mock", "replay", "live"] = "mock"
     """mock: the built-in catalog, frozen reference clock, offline providers, fault injection
     (training). replay: the tools and answers of a recording (`store`), with the same fault
     injection (training against a user's servers without touching them). real: the real
-    clock and providers (production)."""
+    clock and providers (production). live: pass-through to the tool sources in `sources`
+    (sandboxes), recording into `store` when given; no faults."""
     store: Path | None = None
-    """replay: the CallStore file whose recorded calls are served (required in replay)."""
+    """replay: the CallStore file whose recorded calls are served (required).
+    live: the CallStore file every answered call is recorded into (optional; created)."""
     store_tools: Path | None = None
-    """replay: the recorded tools/list sidecar; default: beside the store (`X.tools.json`)."""
+    """The recorded tools/list sidecar (replay reads it, live writes it); default: beside
+    the store (`X.tools.json`)."""
+    sources: Path | None = None
+    """live: the tool-sources YAML (`servers:` / `mcpServers:`) whose servers are called."""
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     """0 picks a free port (tests); the chosen port is reported by `run()`."""
@@ -97,10 +102,20 @@ class ServerConfig(BaseModel):
         """A replay server without its recording cannot answer anything, and a store given
         to another mode would be silently ignored: both are refused here, naming the file.
         Whether the file really is a CallStore is checked when the server loads it."""
+        if self.mode == "live":
+            if self.sources is None or not self.sources.is_file():
+                raise ValueError(
+                    "mode 'live' needs `sources`: an existing tool-sources YAML"
+                    + (f" ({self.sources} does not exist)" if self.sources else "")
+                )
+            return self
+        if self.sources is not None:
+            raise ValueError(f"sources is only read in live mode (mode is {self.mode!r})")
         if self.mode != "replay":
             if self.store is not None or self.store_tools is not None:
                 raise ValueError(
-                    f"store/store_tools are only read in replay mode (mode is {self.mode!r})"
+                    f"store/store_tools are only read in replay and live mode "
+                    f"(mode is {self.mode!r})"
                 )
             return self
         if self.store is None:

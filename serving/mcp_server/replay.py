@@ -81,7 +81,8 @@ def _describe(schema: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class RecordedTool(Tool):
-    """A tool of a recorded server, under the name the catalog exposed it with.
+    """A tool of another MCP server (recorded, or live behind live mode), under the name the
+    catalog exposed it with.
 
     Validation follows the recorded schema with mock mode's messages. Properties in the
     subset the project validator knows (one JSON type) are checked as in mock mode; a type
@@ -137,8 +138,10 @@ class RecordedTool(Tool):
         return cleaned
 
 
-def _not_served(arguments: dict[str, Any], _context: Any) -> dict[str, Any]:
-    raise ToolExecutionError("replay mode answers from the recording only")
+def not_served(arguments: dict[str, Any], _context: Any) -> dict[str, Any]:
+    """The implementation slot of a tool another server runs: never called (replay answers
+    from the recording, live mode calls the source)."""
+    raise ToolExecutionError("this tool is answered by its recording or its own server")
 
 
 @dataclass
@@ -253,7 +256,7 @@ def load_replay(store_path: Path, tools_path: Path | None = None) -> ReplaySet:
                     name=exposed,
                     description=definition.description,
                     parameters=definition.input_schema,
-                    implementation=_not_served,
+                    implementation=not_served,
                     server=server.name,
                     source_name=definition.name,
                 )

@@ -35,6 +35,7 @@ import uvicorn
 from serving.mcp_server.app import McpApp
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.examples import EXAMPLE_CALLS
+from serving.mcp_server.live import LiveTools
 from serving.mcp_server.logs import configure_logging
 from serving.mcp_server.metrics import Metrics
 from serving.mcp_server.notes import SqliteNotesStore
@@ -112,6 +113,7 @@ def _worker_main(
     notes_path: str | None,
     ready: Event,
     replay: ReplaySet | None = None,
+    live: LiveTools | None = None,
 ) -> None:
     # Own process group: a terminal's Ctrl-C reaches only the supervisor, which then sends
     # exactly one SIGTERM (a second signal would make uvicorn drop in-flight calls).
@@ -124,8 +126,8 @@ def _worker_main(
     configure_logging(config.log_level)
     metrics.bind_worker(index)
     notes = SqliteNotesStore(notes_path) if notes_path else None
-    app = McpApp(config, catalog, metrics, notes, replay)
-    if replay is None:  # a recording has nothing to warm: its answers are already loaded
+    app = McpApp(config, catalog, metrics, notes, replay, live)
+    if replay is None and live is None:  # recordings and live sources have nothing to warm
         warm_up(catalog)
     loop = "asyncio"
     with contextlib.suppress(ImportError):
@@ -211,13 +213,18 @@ def start(
     `catalog` lets tests serve extra tools (e.g. one that hangs) without touching the
     shared catalog; workers inherit it through fork. In replay mode the catalog is the
     recording's (loaded and checked here, before any worker starts, so a missing or corrupt
-    store is one `ReplayError` naming the file, not N dying workers).
+    store is one `ReplayError` naming the file, not N dying workers). In live mode the
+    sources are listed here, once (a failing source is a `CatalogError` naming it).
     """
-    replay = None
+    replay = live = None
     if config.mode == "replay":
         assert config.store is not None  # ServerConfig refuses replay without a store
         replay = load_replay(config.store, config.store_tools)
         catalog = replay.catalog
+    elif config.mode == "live":
+        assert config.sources is not None  # ServerConfig refuses live without sources
+        live = LiveTools.load(config.sources, config.store, config.store_tools)
+        catalog = live.served_catalog()
     catalog = catalog if catalog is not None else get_catalog()
     sockets = bind_sockets(config.host, config.port, config.workers)
     port = sockets[0].getsockname()[1]
@@ -235,7 +242,17 @@ def start(
     for index in range(config.workers):
         proc = _FORK.Process(
             target=_worker_main,
-            args=(index, sockets, config, catalog, metrics, notes_path, events[index], replay),
+            args=(
+                index,
+                sockets,
+                config,
+                catalog,
+                metrics,
+                notes_path,
+                events[index],
+                replay,
+                live,
+            ),
             name=f"toolrl-mcp-{index}",
             daemon=True,
         )

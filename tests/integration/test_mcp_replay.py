@@ -270,7 +270,7 @@ def test_replay_without_a_store_or_with_a_missing_one_is_a_config_error(tmp_path
     missing = tmp_path / "nope.sqlite"
     with pytest.raises(ValidationError, match=re.escape(f"replay store {missing} does not exist")):
         ServerConfig(mode="replay", store=missing)
-    with pytest.raises(ValidationError, match=re.escape("only read in replay mode")):
+    with pytest.raises(ValidationError, match=re.escape("only read in replay and live mode")):
         ServerConfig(mode="mock", store=missing)
 
 
@@ -443,3 +443,52 @@ def test_the_cpu_backend_serves_the_specs_recording(time_recording: Recording) -
         [(is_error, text)] = call_all(url, [("time_get_current_time", PARIS)])
     assert health["mode"] == "replay" and health["store"] == str(time_recording.store)
     assert (is_error, text) == (False, time_recording.results["paris"][0])
+
+
+# --- live mode: pass-through with recording, then replay of what it recorded --------------
+def test_live_mode_records_what_replay_then_serves(tmp_path: Path) -> None:
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(
+        json.dumps(
+            {
+                "servers": {
+                    "time": {
+                        "command": sys.executable,
+                        "args": ["-m", "mcp_server_time"],
+                        "prefix": "time_",
+                    }
+                }
+            }
+        )
+    )
+    store = tmp_path / "live.sqlite"
+    calls: list[tuple[str, Any]] = [
+        ("time_convert_time", CONVERT),
+        ("time_get_current_time", MARS),
+        ("time_get_current_time", {}),  # refused by validation: never reaches the source
+    ]
+    config = ServerConfig(
+        mode="live", sources=sources, store=store, port=0, workers=2, log_level="warning"
+    )
+    with start(config) as live:
+        health = httpx.get(live.base_url + "/healthz", timeout=5).json()
+        in_live = call_all(live.url, calls)
+    assert health["mode"] == "live" and health["tools"] == 2
+    assert in_live[0][0] is False and "Asia/Tokyo" in in_live[0][1]
+    assert in_live[1][0] is True and "Mars/Olympus" in in_live[1][1]
+    assert "missing required argument 'timezone'" in in_live[2][1]
+    with CallStore(store) as recorded:
+        assert len(recorded) == 2  # the two calls that reached the server, flushed at stop
+    with start(replay_config(store, workers=1)) as replay:
+        assert call_all(replay.url, calls) == in_live
+
+
+def test_live_mode_with_a_source_that_is_down_fails_start_up_naming_it(tmp_path: Path) -> None:
+    from serving.mcp_client.catalog import CatalogError
+
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(json.dumps({"servers": {"gone": {"url": "http://127.0.0.1:9/mcp"}}}))
+    with pytest.raises(CatalogError, match="gone"):
+        start(ServerConfig(mode="live", sources=sources, port=0, workers=1))
+    with pytest.raises(ValidationError, match="needs `sources`"):
+        ServerConfig(mode="live")
