@@ -52,10 +52,20 @@ def test_the_spec_requires_a_store_exactly_in_replay() -> None:
     assert spec().tools.mode == "mock"
     with pytest.raises(ValidationError, match=re.escape("needs tools.store")):
         spec(mode="replay")
-    with pytest.raises(ValidationError, match=re.escape("only used with tools.mode 'replay'")):
+    with pytest.raises(
+        ValidationError, match=re.escape("only used with tools.mode 'replay' or 'live'")
+    ):
         spec(mode="mock", store="calls.sqlite")
+    with pytest.raises(ValidationError, match=re.escape("needs tools.sources")):
+        spec(mode="live")
+    with pytest.raises(ValidationError, match=re.escape("only used with tools.mode 'live'")):
+        spec(mode="mock", sources="tools.yaml")
     with pytest.raises(ValidationError):
         spec(mode="live-ish")
+    assert tool_lineage(spec(mode="live", sources="s.yaml")) == {
+        "tool_mode": "live",
+        "tool_store_digest": None,
+    }
 
 
 def test_lineage_records_the_mode_and_the_store_digest(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ MODEL_FILES = (
 @contextmanager
 def tool_server(spec: TrainingSpec) -> Iterator[str]:
     """The MCP endpoint for the run: a private server in the spec's tool mode (mock, replay
-    of `tools.store`, or real), or the spec's URL."""
+    of `tools.store`, live over `tools.sources`, or real), or the spec's URL."""
     if spec.cpu.mcp == "external":
         yield spec.tools.server_url
         return
@@ -65,6 +65,7 @@ def tool_server(spec: TrainingSpec) -> Iterator[str]:
     config = ServerConfig(
         mode=spec.tools.mode,
         store=Path(spec.tools.store) if spec.tools.store else None,
+        sources=Path(spec.tools.sources) if spec.tools.sources else None,
         port=0,
         workers=1,
         log_level="warning",

@@ -184,7 +184,12 @@ def prepare_spec(
             # The job runs elsewhere (a Ray worker's cwd): the recording is named absolutely.
             "tools": base.tools.model_copy(
                 update={
-                    "store": str(Path(base.tools.store).resolve()) if base.tools.store else None
+                    key: str(Path(value).resolve())
+                    for key, value in (
+                        ("store", base.tools.store),
+                        ("sources", base.tools.sources),
+                    )
+                    if value
                 }
             ),
         }

@@ -86,7 +86,7 @@ def register_command(
     eval_report: Annotated[Path | None, typer.Option(help="Eval report JSON.")] = None,
     name: Annotated[str | None, typer.Option(help="Model name; default TOOLRL_MODEL_NAME.")] = None,
     tool_mode: Annotated[
-        str | None, typer.Option(help="Tools trained against: mock, replay or real.")
+        str | None, typer.Option(help="Tools trained against: mock, replay, live or real.")
     ] = None,
     tool_store_digest: Annotated[
         str | None, typer.Option(help="replay: the recording's CallStore digest.")

@@ -49,7 +49,7 @@ class Lineage(BaseModel):
     base_model: str | None = Field(default=None, max_length=250)
     parent_version: str | None = Field(default=None, max_length=250)
     """The champion version this candidate continued from (None: trained from the base)."""
-    tool_mode: Literal["mock", "replay", "real"] | None = None
+    tool_mode: Literal["mock", "replay", "live", "real"] | None = None
     """Which tools the rollouts called (the spec's tools.mode); None: not recorded."""
     tool_store_digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     """replay: `CallStore.digest()` of the recording served, so a registered model names the

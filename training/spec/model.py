@@ -134,7 +134,7 @@ class ScheduleSection(_Section):
     )
 
 
-ToolMode = Literal["mock", "replay", "real"]
+ToolMode = Literal["mock", "replay", "live", "real"]
 
 
 class ToolsSection(_Section):
@@ -145,23 +145,34 @@ class ToolsSection(_Section):
         default="mock",
         description="Which tools rollouts call (recorded in the lineage tags): mock: the "
         "built-in catalog in the reference context; replay: the recording in `store` "
-        "(a user's servers, never touched by training); real: live tools (sandboxes only). "
+        "(a user's servers, never touched by training); live: pass-through to the servers "
+        "in `sources`, recording into `store` when set (sandboxes only); real: the built-in "
+        "catalog with real providers. "
         "The embedded CPU-backend server runs in this mode; an external server at "
         "server_url must be started in it (`toolrl mcp serve --mode ...`).",
     )
     store: str | None = Field(
         default=None,
         description="replay: the CallStore file served (its sidecar `STEM.tools.json` beside "
-        "it); its content digest goes into the lineage tags.",
+        "it); its content digest goes into the lineage tags. live: where calls are recorded.",
+    )
+    sources: str | None = Field(
+        default=None, description="live: the tool-sources YAML whose servers are called."
     )
 
     @model_validator(mode="after")
     def _store_with_replay(self) -> ToolsSection:
         if self.mode == "replay" and not self.store:
             raise ValueError("tools.mode 'replay' needs tools.store (the CallStore file)")
-        if self.mode != "replay" and self.store:
+        if self.mode == "live" and not self.sources:
+            raise ValueError("tools.mode 'live' needs tools.sources (a tool-sources YAML)")
+        if self.mode not in ("replay", "live") and self.store:
             raise ValueError(
-                f"tools.store is only used with tools.mode 'replay' (not {self.mode!r})"
+                f"tools.store is only used with tools.mode 'replay' or 'live' (not {self.mode!r})"
+            )
+        if self.mode != "live" and self.sources:
+            raise ValueError(
+                f"tools.sources is only used with tools.mode 'live' (not {self.mode!r})"
             )
         return self
 
