@@ -98,12 +98,12 @@ def toolcall_retraining() -> None:
         return not context["params"]["dry_run"]
 
     @task(retries=DEFAULTS.retries, retry_delay=timedelta(seconds=20))
-    def check_tools() -> str:
+    def check_tools(planned: dict[str, Any]) -> str:
         from toolrl_plugins.connections import mcp_endpoint
 
         from training.pipeline.retraining_stage import check_mcp
 
-        return check_mcp(mcp_endpoint()[0])
+        return check_mcp(mcp_endpoint()[0], planned)
 
     submit = SubmitRayTrainingOperator(
         task_id="submit_training",
@@ -194,7 +194,7 @@ def toolcall_retraining() -> None:
 
     planned = plan_spec()
     go = proceed()
-    tools = check_tools()
+    tools = check_tools(planned)
     planned >> go >> tools >> submit >> wait
     result = fetch_result(submit.output)
     wait >> result

@@ -492,3 +492,19 @@ def test_live_mode_with_a_source_that_is_down_fails_start_up_naming_it(tmp_path:
         start(ServerConfig(mode="live", sources=sources, port=0, workers=1))
     with pytest.raises(ValidationError, match="needs `sources`"):
         ServerConfig(mode="live")
+
+
+def test_the_pipeline_refuses_a_tool_server_other_than_the_plans(
+    time_recording: Recording, time_replay: RunningServer
+) -> None:
+    """check_tools: rollouts must call the tools the lineage will name."""
+    from training.pipeline.retraining_stage import StageError, check_mcp
+
+    with CallStore(time_recording.store) as store:
+        digest = store.digest()
+    assert check_mcp(time_replay.url, {"tool_mode": "replay", "tool_store_digest": digest})
+    assert check_mcp(time_replay.url)  # a plan from before tool modes: health only
+    with pytest.raises(StageError, match="serves mode 'replay', but the spec trains against"):
+        check_mcp(time_replay.url, {"tool_mode": "mock", "tool_store_digest": None})
+    with pytest.raises(StageError, match="replays a recording with digest"):
+        check_mcp(time_replay.url, {"tool_mode": "replay", "tool_store_digest": "0" * 64})

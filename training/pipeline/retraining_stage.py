@@ -232,19 +232,42 @@ def tool_lineage(spec: TrainingSpec) -> dict[str, str | None]:
     return {"tool_mode": spec.tools.mode, "tool_store_digest": digest}
 
 
-def check_mcp(url: str) -> str:
-    """The MCP server must answer its health endpoint before rollouts depend on it."""
+def check_mcp(url: str, planned: dict[str, Any] | None = None) -> str:
+    """The MCP server must answer its health endpoint before rollouts depend on it, and, when
+    the plan says which tools the run trains against (`tool_mode`, `tool_store_digest`), it
+    must serve exactly those: the lineage tags would otherwise name tools the rollouts never
+    called."""
     health = url.rsplit("/mcp", 1)[0] + "/healthz"
+    mode = (planned or {}).get("tool_mode") or "mock"
     try:
         with urllib.request.urlopen(health, timeout=5) as reply:  # noqa: S310 - configured URL
-            if reply.status == 200:
-                return health
+            status, body = reply.status, reply.read()
     except (urllib.error.URLError, OSError) as exc:
         raise StageError(
             f"MCP server not reachable at {health}: {exc}. Start it with "
-            "`toolrl mcp serve --mode mock` or fix the toolrl_mcp connection"
+            f"`toolrl mcp serve --mode {mode}` or fix the toolrl_mcp connection"
         ) from exc
-    raise StageError(f"MCP server unhealthy at {health}")
+    if status != 200:
+        raise StageError(f"MCP server unhealthy at {health}")
+    if planned and planned.get("tool_mode"):
+        try:
+            served = json.loads(body)
+        except ValueError:
+            served = {}
+        if served.get("mode") != mode:
+            raise StageError(
+                f"the MCP server at {health} serves mode {served.get('mode')!r}, but the spec "
+                f"trains against tools.mode {mode!r}: start it with `toolrl mcp serve --mode "
+                f"{mode}` or change the spec"
+            )
+        digest = planned.get("tool_store_digest")
+        if digest and served.get("store_digest") != digest:
+            raise StageError(
+                f"the MCP server at {health} replays a recording with digest "
+                f"{served.get('store_digest')}, but the plan recorded {digest} "
+                f"(tools.store): serve the spec's store"
+            )
+    return health
 
 
 def read_result(result_dir: str) -> dict[str, Any]:
