@@ -239,6 +239,14 @@ class CallRunner:
                 True,
                 "execution_error",
             )
+        except Exception:  # e.g. the recording store failing: logged, never on the wire
+            logger.exception("live call to %s failed unexpectedly", tool.name)
+            return Outcome(
+                f"Error: internal error while calling {tool.name}; this is not caused by the "
+                "arguments. Retry later or answer without this tool.",
+                True,
+                "internal_error",
+            )
         kind = "execution_error" if result.is_error else None
         structured = result.structured if isinstance(result.structured, dict) else None
         return Outcome(result.text, result.is_error, kind, structured)
