@@ -39,6 +39,7 @@ def _register_stage_commands() -> None:
     from serving.mcp_client.cli import register_cli as register_tools
     from serving.mcp_server.cli import register_cli as register_mcp
     from training.cpu_backend.cli import register_cli as register_cpu_training
+    from training.data.packs.cli import register_cli as register_packs
     from training.evaluation.cli import register_cli as register_eval
     from training.jobs.cli import register_cli as register_train
     from training.model.cli import register_cli as register_model
@@ -47,7 +48,7 @@ def _register_stage_commands() -> None:
     from training.rewards.cli import register_cli as register_reward
 
     register_mcp(app)
-    register_tools(app, _pipeline_tool_sources)
+    register_packs(register_tools(app, _pipeline_tool_sources))
     register_cpu_training(register_train(app))
     register_reward(app)
     register_eval(app)
@@ -89,9 +90,29 @@ def data_generate(
     ] = None,
     paraphrase_model: Annotated[str, typer.Option(help="Model name for paraphrasing.")] = "default",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    pack: Annotated[
+        str | None,
+        typer.Option(
+            help="Generate from a task pack (file, or a shipped pack: time, memory) against "
+            "its MCP server instead of the built-in tools; --chinese-fraction is then the "
+            "pack's `languages`.",
+        ),
+    ] = None,
+    sources: Annotated[
+        Path | None,
+        typer.Option(help="With --pack: tool sources YAML with the pack's server."),
+    ] = None,
 ) -> None:
     """Generate train.parquet, test.parquet and manifest.json (version = content hash)."""
     from pydantic import ValidationError
+
+    if pack is not None:
+        from training.data.packs.cli import run_pack_generation
+
+        if paraphrase_url:
+            raise typer.BadParameter("--paraphrase-url does not apply to --pack (yet)")
+        run_pack_generation(pack, out, sources, n, seed, test_fraction, quiet=quiet)
+        return
 
     from training.data.config import GenerationConfig
     from training.data.generate import GenerationError, build_manifest, generate_rows, write_dataset

@@ -82,8 +82,9 @@ async def _load(sources: ToolSources, base_dir: Path) -> list[CatalogEntry]:
         await catalog.close()
 
 
-def register_cli(app: typer.Typer, default_sources: DefaultSources) -> None:
-    """Add the `tools` command group to `app`."""
+def register_cli(app: typer.Typer, default_sources: DefaultSources) -> typer.Typer:
+    """Add the `tools` command group to `app`; returns it, so the composition root can add
+    the groups that live in `training` (`tools pack`)."""
     tools_app = typer.Typer(
         help="The tool catalog: every configured MCP server's tools, as the model sees them.",
         no_args_is_help=True,
@@ -134,3 +135,5 @@ def register_cli(app: typer.Typer, default_sources: DefaultSources) -> None:
             typer.echo(_as_json(entries, sources))
         else:
             _print_table(entries, sources)
+
+    return tools_app

@@ -22,7 +22,7 @@ from training.data.packs.model import PackSpec
 
 MAX_PACK_BYTES = 1024 * 1024
 MAX_DEPTH = 32
-MAX_NODES = 200_000
+MAX_NODES = 100_000
 
 
 class PackError(ValueError):

@@ -1,0 +1,269 @@
+"""Datasets from task packs against the real third-party servers: `mcp-server-time` (PyPI,
+stdio) and `@modelcontextprotocol/server-memory` (npm, stdio). Rows pass the project's
+great-expectations suite unchanged, chains carry an earlier result into a later call,
+held-out templates never reach train, every expected call is in the call store the manifest
+names (by digest), and a call that errors on the server makes its row invalid, counted and
+reported, never emitted."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from serving.mcp_client.call_store import CallStore
+from testkit.mcp_servers import MEMORY_SERVER_BIN
+from training.cli import app
+from training.data.config import ValidationConfig
+from training.data.generate import GenerationError
+from training.data.packs.generate import generate_from_sources, template_pools
+from training.data.packs.loader import load_pack, parse_pack_text
+from training.data.schema import GroundTruth
+from training.data.validate import validate_dataset
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+BUILTIN = Path(__file__).resolve().parents[2] / "training" / "data" / "packs" / "builtin"
+FAST = ValidationConfig(check_verl_dataset=False)
+
+
+def rows_of(out: Path) -> pd.DataFrame:
+    return pd.concat(
+        [pd.read_parquet(out / "train.parquet"), pd.read_parquet(out / "test.parquet")],
+        ignore_index=True,
+    )
+
+
+def hhmm(text: str) -> str:
+    match = re.search(r"T(\d{2}:\d{2})", text)
+    assert match, text
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def time_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("time_pack")
+    dataset = generate_from_sources(
+        load_pack(BUILTIN / "time.yaml"), out, n=400, seed=3, progress=False
+    )
+    return out, dataset.manifest
+
+
+def test_time_pack_rows_pass_the_project_suite(time_dataset: tuple[Path, dict[str, Any]]) -> None:
+    out, manifest = time_dataset
+    report = validate_dataset(out, FAST)
+    assert report.success, report.summary()
+    assert report.dataset_version == manifest["dataset_version"]
+    assert manifest["rows"] == 400 and manifest["pack"]["invalid_rows"] == 0
+    assert set(manifest["language"]) == {"en", "zh"}
+    assert {"pack_call_store_digest", "expect_column_values_to_be_in_set(gt_recomputes)"} <= {
+        c.name for c in report.checks
+    }
+
+
+def test_chains_carry_the_first_result_into_the_second_call(
+    time_dataset: tuple[Path, dict[str, Any]],
+) -> None:
+    frame = rows_of(time_dataset[0])
+    chained = frame[
+        frame.template_id.str.startswith(("time/now_then_convert/", "time/convert_chain/"))
+    ]
+    assert len(chained) >= 40
+    for raw in chained["reward_model"]:
+        truth = GroundTruth.from_json(raw["ground_truth"])
+        first, second = truth.results[0][0], truth.steps[1][0]
+        carried = first["datetime"] if "datetime" in first else first["target"]["datetime"]
+        assert second.name == "convert_time"
+        assert second.arguments["time"] == hhmm(carried)
+        assert truth.answers[-1] == hhmm(truth.results[1][0]["target"]["datetime"])
+
+
+def test_held_out_templates_never_appear_in_train(
+    time_dataset: tuple[Path, dict[str, Any]],
+) -> None:
+    out, manifest = time_dataset
+    frame = rows_of(out)
+    split = frame["extra_info"].map(lambda info: info["split"])
+    train, test = set(frame.template_id[split == "train"]), set(frame.template_id[split == "test"])
+    assert test and not train & test
+    pools = template_pools(load_pack(BUILTIN / "time.yaml").spec)
+    held = {t for pool in pools.values() for t in pool["test"]}
+    assert test <= held and not train & held
+    for category, counts in manifest["pack"]["templates"].items():
+        assert counts["test"] / (counts["train"] + counts["test"]) >= 0.25, category
+
+
+def test_every_expected_call_is_in_the_store_the_manifest_names(
+    time_dataset: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    out, manifest = time_dataset
+    info = manifest["call_store"]
+    tools = {t["name"]: t for t in json.loads((out / "tools.json").read_text())}
+    with CallStore(out / info["path"]) as store:
+        assert store.digest() == info["digest"] and len(store) == info["calls"]
+        for raw in rows_of(out)["reward_model"]:
+            truth = GroundTruth.from_json(raw["ground_truth"])
+            for step, results in zip(truth.steps, truth.results, strict=True):
+                for call, result in zip(step, results, strict=True):
+                    tool = tools[call.name]
+                    found = store.lookup(tool["server"], tool["server_tool"], call.arguments)
+                    assert found is not None and not found.is_error
+                    assert json.loads(found.result) == result
+    assert info["sent"] == info["calls"]  # each distinct call went to the server once
+    assert info["shared_in_flight"] + info["from_store"] > 0
+    # the same seed and the same store give the same rows (live results are fixed there)
+    again = generate_from_sources(
+        load_pack(BUILTIN / "time.yaml"),
+        tmp_path / "again",
+        n=400,
+        seed=3,
+        store_path=out / info["path"],
+        progress=False,
+    )
+    assert again.manifest["dataset_version"] == manifest["dataset_version"]
+    assert again.manifest["call_store"]["sent"] == 0
+
+
+def test_a_call_the_server_refuses_makes_the_row_invalid_and_reported(tmp_path: Path) -> None:
+    pack = yaml.safe_load((BUILTIN / "time.yaml").read_text())
+    pack["pools"]["city"].append(
+        {"name": "Olympus Mons", "name_zh": "奥林匹斯山", "tz": "Mars/Olympus"}
+    )
+    path = tmp_path / "mars.yaml"
+    path.write_text(yaml.safe_dump(pack, allow_unicode=True))
+    loaded = parse_pack_text(path.read_text(), path)
+    with pytest.raises(GenerationError, match=r"rows are invalid .*tool_error"):
+        generate_from_sources(
+            loaded, tmp_path / "strict", n=300, progress=False, max_invalid_fraction=0.0
+        )
+    dataset = generate_from_sources(
+        loaded, tmp_path / "lenient", n=300, progress=False, max_invalid_fraction=1.0
+    )
+    info = dataset.manifest["pack"]
+    assert (
+        info["invalid_rows"] > 0 and info["invalid_reasons"]["tool_error"] == info["invalid_rows"]
+    )
+    assert dataset.manifest["rows"] == 300 - info["invalid_rows"]
+    assert (
+        "Mars/Olympus" in info["invalid_examples"][0]
+        or "Invalid timezone" in info["invalid_examples"][0]
+    )
+    frame = rows_of(tmp_path / "lenient")
+    assert not frame.expected_calls.str.contains("Mars/").any()
+    assert sorted(e["index"] for e in frame.extra_info) == list(range(len(frame)))
+    with CallStore(tmp_path / "lenient" / "calls.sqlite") as store:
+        assert any(call.is_error for call in store)  # the refused calls are recorded too
+    assert validate_dataset(tmp_path / "lenient", FAST).success
+
+
+@pytest.fixture
+def memory_sources(tmp_path: Path) -> Path:
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: the npm MCP server cannot run")
+    assert MEMORY_SERVER_BIN.exists(), "run `make mcp-servers` (installs server-memory)"
+    path = tmp_path / "sources.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "servers": {
+                    "memory": {
+                        "command": str(MEMORY_SERVER_BIN),
+                        "env": {"MEMORY_FILE_PATH": str(tmp_path / "g.jsonl")},
+                    }
+                }
+            }
+        )
+    )
+    return path
+
+
+def test_memory_pack_dataset_validates_and_chains_use_created_entities(
+    memory_sources: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "memory"
+    dataset = generate_from_sources(
+        load_pack(BUILTIN / "memory.yaml"), out, memory_sources, n=120, seed=1, progress=False
+    )
+    manifest = dataset.manifest
+    assert manifest["pack"]["stateful"] and manifest["pack"]["invalid_rows"] == 0
+    report = validate_dataset(out, FAST)
+    assert report.success, report.summary()
+    frame = rows_of(out)
+    opened = frame[frame.template_id.str.startswith("memory/create_then_open/")]
+    searched = frame[frame.template_id.str.startswith("memory/create_then_search/")]
+    assert len(opened) and len(searched)
+    for raw in opened["reward_model"]:
+        truth = GroundTruth.from_json(raw["ground_truth"])
+        created = [e["name"] for e in truth.results[0][0]["value"]]
+        assert truth.steps[1][0].arguments == {"names": created}
+        assert truth.results[1][0]["entities"][0]["name"] == created[0]
+    for raw in searched["reward_model"]:
+        truth = GroundTruth.from_json(raw["ground_truth"])
+        # each row starts from an empty graph: the search finds exactly the row's person
+        assert [e["name"] for e in truth.results[1][0]["entities"]] == truth.answers
+    with CallStore(out / "calls.sqlite") as store:
+        assert store.digest() == manifest["call_store"]["digest"]
+
+
+def test_pack_cli_init_validate_generate(memory_sources: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    ok = runner.invoke(app, ["tools", "pack", "validate", "time"])
+    assert ok.exit_code == 0, ok.output
+    assert "pack OK" in ok.output and "held out for test" in ok.output
+    ok = runner.invoke(
+        app,
+        [
+            "tools",
+            "pack",
+            "validate",
+            str(BUILTIN / "memory.yaml"),
+            "--sources",
+            str(memory_sources),
+        ],
+    )
+    assert ok.exit_code == 0, ok.output
+    started = tmp_path / "memory_pack.yaml"
+    made = runner.invoke(
+        app,
+        [
+            "tools",
+            "pack",
+            "init",
+            "--server",
+            "memory",
+            "--sources",
+            str(memory_sources),
+            "--out",
+            str(started),
+        ],
+    )
+    assert made.exit_code == 0, made.output
+    text = started.read_text()
+    assert "create_entities" in text and "TODO" in text and "read_graph" in text
+    checked = runner.invoke(
+        app, ["tools", "pack", "validate", str(started), "--sources", str(memory_sources)]
+    )
+    assert checked.exit_code == 0, checked.output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(text.replace("tool: search_nodes", "tool: search_nodez"))
+    refused = runner.invoke(
+        app, ["tools", "pack", "validate", str(broken), "--sources", str(memory_sources)]
+    )
+    assert refused.exit_code == 2
+    assert re.search(
+        r"broken\.yaml:\d+: intent 'search_nodes': unknown tool 'search_nodez'", refused.output
+    ), refused.output
+    out = tmp_path / "from_cli"
+    generated = runner.invoke(
+        app, ["data", "generate", "--pack", "time", "--n", "80", "--out", str(out), "--quiet"]
+    )
+    assert generated.exit_code == 0, generated.output
+    assert "from pack 'time'" in generated.output and "recorded in calls.sqlite" in generated.output
+    validated = runner.invoke(app, ["data", "validate", str(out), "--skip-verl"])
+    assert validated.exit_code == 0, validated.output

@@ -1,0 +1,289 @@
+"""`toolrl tools pack init | validate | generate`: write, check and use task packs.
+
+Registered under the `tools` group by training/cli.py (`register_cli(tools_app)`); only
+typer is imported at load time so `toolrl --help` stays instant. A pack argument is a file,
+or the name of a pack that ships with the project (`time`, `memory`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from training.data.packs.loader import LoadedPack
+
+BUILTIN_DIR = Path(__file__).with_name("builtin")
+
+SourcesOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--sources",
+        help="Tool sources YAML (`servers:` or `mcpServers:`) with the pack's server. "
+        "Default: the pack's own `source:`.",
+    ),
+]
+PackArgument = Annotated[
+    str, typer.Argument(help="Pack file, or the name of a shipped pack (time, memory).")
+]
+
+
+def builtin_packs() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
+
+
+def resolve_pack(text: str) -> Path:
+    """A path as given, else a shipped pack's name."""
+    path = Path(text)
+    if path.exists() or text not in builtin_packs():
+        return path
+    return builtin_packs()[text]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.secho(message, fg="red", err=True)
+    return typer.Exit(code)
+
+
+def _load(text: str) -> LoadedPack:
+    from training.data.packs.loader import PackError, load_pack
+
+    try:
+        return load_pack(resolve_pack(text))
+    except PackError as exc:
+        raise _fail("pack invalid:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+
+
+def _summary(loaded: LoadedPack) -> str:
+    from training.data.packs.generate import template_pools
+
+    pack = loaded.spec
+    pools = template_pools(pack)
+    train = sum(len(p["train"]) for p in pools.values())
+    test = sum(len(p["test"]) for p in pools.values())
+    categories: dict[str, int] = {}
+    for intent in pack.intents:
+        categories[intent.category.value] = categories.get(intent.category.value, 0) + 1
+    return (
+        f"pack {pack.pack!r} for server {pack.server!r}: {len(pack.intents)} intents "
+        f"({json.dumps(categories)}), {train + test} templates, {test} held out for test, "
+        f"languages {', '.join(pack.languages)}"
+    )
+
+
+def register_cli(tools_app: typer.Typer) -> None:
+    """Add the `pack` command group under `toolrl tools`."""
+    pack_app = typer.Typer(
+        help="Task packs: the tasks for one MCP server as YAML (intents, phrasings, slots, "
+        "expected calls and chains). Write one with `init`, check it with `validate`, turn it "
+        "into a dataset with `generate`.",
+        no_args_is_help=True,
+    )
+    tools_app.add_typer(pack_app, name="pack")
+
+    @pack_app.command("init")
+    def init(
+        server: Annotated[str, typer.Option("--server", help="The server's name in the sources.")],
+        out: Annotated[Path, typer.Option("--out", help="Where to write the pack YAML.")],
+        sources_file: SourcesOption = None,
+        force: Annotated[bool, typer.Option("--force", help="Overwrite --out.")] = False,
+    ) -> None:
+        """Write a starting pack from the server's tool schemas, to edit.
+
+        One intent per tool (placeholder phrasings, slots from the schema: enums
+        become value lists, numbers ranges, strings TODO examples), one
+        irrelevance and one clarification intent. It passes `validate` as
+        written; replace the TODOs before generating.
+        """
+        from serving.mcp_client.base import McpClientError
+        from serving.mcp_client.catalog import ToolCatalog
+        from serving.mcp_client.sources import ToolSources, load_tool_sources
+        from training.data.packs.scaffold import scaffold_text
+        from training.data.packs.server import server_tools
+
+        if out.exists() and not force:
+            raise _fail(f"{out} exists; pass --force to overwrite")
+        if sources_file is None:
+            raise _fail("--sources is required: the file that says how to reach the server")
+        try:
+            sources: ToolSources = load_tool_sources(sources_file)
+        except (OSError, ValueError) as exc:
+            raise _fail(f"tool sources unreadable: {exc}") from exc
+        if server not in sources.servers:
+            raise _fail(f"{sources_file} has no server {server!r} ({', '.join(sources.servers)})")
+        only = sources.model_copy(update={"servers": {server: sources.servers[server]}})
+
+        async def listed() -> Any:
+            catalog = ToolCatalog(only, base_dir=sources_file.parent.resolve())
+            try:
+                return await server_tools(catalog, server)
+            finally:
+                await catalog.close()
+
+        try:
+            tools = asyncio.run(listed())
+        except McpClientError as exc:
+            raise _fail(f"tool catalog failed:\n{exc}") from exc
+        source = sources.servers[server].model_dump(exclude_defaults=True)
+        source.pop("transport", None)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(scaffold_text(server, tools, str(out), source), encoding="utf-8")
+        typer.echo(f"wrote {out}: {len(tools)} tools; edit the TODOs, then:")
+        typer.echo(f"  toolrl tools pack validate {out} --sources {sources_file}")
+
+    @pack_app.command("validate")
+    def validate(
+        pack: PackArgument,
+        sources_file: SourcesOption = None,
+        offline: Annotated[
+            bool,
+            typer.Option("--offline", help="Check the file only; do not ask the server."),
+        ] = False,
+    ) -> None:
+        """Check a pack against its format and against the server's tools.
+
+        First the file (types, slots, templates, references), then the
+        server's tools/list: unknown tools, arguments that do not fill the
+        inputSchema, chains that point nowhere. Exit 2 with every problem,
+        each with file:line and intent.
+        """
+        from serving.mcp_client.base import McpClientError
+        from serving.mcp_client.catalog import ToolCatalog
+        from training.data.packs.check import check_pack
+        from training.data.packs.loader import PackError
+        from training.data.packs.server import pack_sources, server_tools
+
+        loaded = _load(pack)
+        if offline:
+            typer.secho(f"file OK (server not asked): {_summary(loaded)}", fg="green")
+            return
+        try:
+            sources, base_dir = pack_sources(loaded, sources_file)
+        except (PackError, OSError, ValueError) as exc:
+            raise _fail(str(exc)) from exc
+
+        async def listed() -> Any:
+            only = sources.model_copy(
+                update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
+            )
+            catalog = ToolCatalog(only, base_dir=base_dir)
+            try:
+                return await server_tools(catalog, loaded.spec.server)
+            finally:
+                await catalog.close()
+
+        try:
+            tools = asyncio.run(listed())
+        except McpClientError as exc:
+            raise _fail(f"tool catalog failed:\n{exc}") from exc
+        problems = check_pack(loaded, {name: t.input_schema for name, t in tools.items()})
+        if problems:
+            raise _fail(
+                f"pack invalid ({len(problems)} problem(s)):\n"
+                + "\n".join(f"  {p}" for p in problems)
+            )
+        typer.secho(f"pack OK: {_summary(loaded)}", fg="green")
+
+    @pack_app.command("generate")
+    def generate(
+        pack: PackArgument,
+        out: Annotated[Path, typer.Option("--out", help="Output directory (created if missing).")],
+        sources_file: SourcesOption = None,
+        n: Annotated[int, typer.Option(help="Planned rows, train + test.")] = 2_000,
+        seed: Annotated[int, typer.Option(help="Random seed: same seed and store, same rows.")] = 0,
+        test_fraction: Annotated[float, typer.Option(help="Share of rows in test.")] = 0.1,
+        store: Annotated[
+            Path | None,
+            typer.Option(
+                help="Call store (SQLite) to record into; calls it already holds are not sent "
+                "again. Default: OUT/calls.sqlite."
+            ),
+        ] = None,
+        max_invalid_fraction: Annotated[
+            float, typer.Option(help="Fail when more rows than this share are invalid.")
+        ] = 0.05,
+        concurrency: Annotated[int, typer.Option(help="Calls in flight at once.")] = 32,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    ) -> None:
+        """Generate a dataset from a pack, every expected call executed on the server.
+
+        Writes the built-in layout (train/test parquet, manifest.json) plus
+        tools.json (the server's schemas) and the call store the manifest
+        points to. Rows whose calls fail are left out and reported.
+        """
+        run_pack_generation(
+            pack,
+            out,
+            sources_file,
+            n,
+            seed,
+            test_fraction,
+            store,
+            max_invalid_fraction,
+            concurrency,
+            quiet,
+        )
+
+
+def run_pack_generation(
+    pack: str,
+    out: Path,
+    sources_file: Path | None,
+    n: int,
+    seed: int,
+    test_fraction: float,
+    store: Path | None = None,
+    max_invalid_fraction: float = 0.05,
+    concurrency: int = 32,
+    quiet: bool = False,
+) -> None:
+    """`tools pack generate` and `data generate --pack`: generate, write, report."""
+    from pydantic import ValidationError
+
+    from serving.mcp_client.base import McpClientError
+    from training.data.generate import GenerationError
+    from training.data.packs.generate import generate_from_sources
+    from training.data.packs.loader import PackError
+
+    loaded = _load(pack)
+    try:
+        dataset = generate_from_sources(
+            loaded,
+            out,
+            sources_file,
+            n=n,
+            seed=seed,
+            test_fraction=test_fraction,
+            store_path=store,
+            max_invalid_fraction=max_invalid_fraction,
+            concurrency=concurrency,
+            progress=not quiet,
+        )
+    except PackError as exc:
+        raise _fail("pack invalid:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+    except (GenerationError, McpClientError, ValidationError, OSError, ValueError) as exc:
+        raise _fail(f"generation failed: {exc}") from exc
+    manifest = dataset.manifest
+    info, calls = manifest["pack"], manifest["call_store"]
+    typer.echo(
+        f"dataset {manifest['dataset_version']}: {manifest['rows']} rows "
+        f"({manifest['splits']}) from pack {info['name']!r} -> {out}"
+    )
+    typer.echo(f"categories: {json.dumps(manifest['category'])}")
+    typer.echo(
+        f"calls: {calls['calls']} recorded in {calls['path']} (digest {calls['digest'][:16]}), "
+        f"{calls['sent']} sent, {calls['from_store'] + calls['shared_in_flight']} deduplicated"
+    )
+    if info["invalid_rows"]:
+        typer.secho(
+            f"{info['invalid_rows']} planned row(s) invalid and left out: "
+            f"{json.dumps(info['invalid_reasons'])}",
+            fg="yellow",
+        )
+        for example in info["invalid_examples"]:
+            typer.echo(f"  e.g. {example}")
+    typer.echo(f"next: toolrl data validate {out}")
