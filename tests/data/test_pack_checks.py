@@ -97,6 +97,7 @@ def test_the_shipped_packs_and_a_good_pack_pass(time_tools: dict[str, Any]) -> N
         (('timezone: "{src.tz}"', "timezone: 7"), "7 is not of type 'string'"),
         (('timezone: "{src.tz}"', "zone: x"), "'timezone' is a required property"),
         (('        b: "What is the {src.name} time now in {dst.name}?"\n', ""), "one phrasing"),
+        (("src: {pool: city}", "src: {range: {min: 0, max: 999999999999}}"), "range of integers"),
     ],
 )
 def test_pack_problems_name_the_line_intent_and_cause(
@@ -201,6 +202,8 @@ def test_references_and_templates_fill_without_eval() -> None:
         render_text("{x:{y}}", {"x": 1, "y": 2})
     with pytest.raises(RefError, match="not allowed"):
         render_text("{x:!r}", {"x": 1})
+    with pytest.raises(RefError, match="not allowed"):  # a gigabyte of padding
+        render_text("{x:999999999d}", {"x": 1})
     assert parse_ref("$steps[2].calls[1].result.a[0]").step == 2
 
 

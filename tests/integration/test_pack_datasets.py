@@ -267,3 +267,88 @@ def test_pack_cli_init_validate_generate(memory_sources: Path, tmp_path: Path) -
     assert "from pack 'time'" in generated.output and "recorded in calls.sqlite" in generated.output
     validated = runner.invoke(app, ["data", "validate", str(out), "--skip-verl"])
     assert validated.exit_code == 0, validated.output
+
+
+FAKE = Path(__file__).with_name("fake_mcp_stdio_server.py")
+CRASHING_PACK = """\
+pack: fake
+server: fake
+source: {command: %(python)s, args: [%(fake)s, ok]}
+intents:
+  - name: echo
+    category: single
+    slots:
+      word: {values: [alpha, bravo, charlie, delta, echo, foxtrot, golf, hotel, india, juliett]}
+    phrasings:
+      en: {a: "Echo {word}.", b: "Say {word} back to me.", c: "Repeat {word}.", d: "{word}, again"}
+    steps:
+      - tool: echo
+        arguments: {text: "{word}"}
+    answers: ["{word}"]
+  - name: crash
+    category: single
+    slots:
+      n: {range: {min: 1, max: 99}}
+    phrasings:
+      en: {a: "Crash number {n}.", b: "Please crash ({n})."}
+    steps:
+      - tool: crash
+"""
+
+
+def test_a_server_crash_is_not_recorded_as_a_result(tmp_path: Path) -> None:
+    import sys
+
+    path = tmp_path / "fake.yaml"
+    path.write_text(CRASHING_PACK % {"python": sys.executable, "fake": FAKE})
+    loaded = load_pack(path)
+    with pytest.raises(GenerationError, match="transport"):
+        generate_from_sources(loaded, tmp_path / "strict", n=12, progress=False)
+    dataset = generate_from_sources(
+        loaded, tmp_path / "lenient", n=12, progress=False, max_invalid_fraction=1.0
+    )
+    info = dataset.manifest["pack"]
+    assert info["invalid_reasons"].get("transport", 0) >= 1
+    assert all(r["template_id"].startswith("fake/echo/") for r in dataset.rows)
+    with CallStore(tmp_path / "lenient" / "calls.sqlite") as store:
+        recorded = list(store)
+    assert recorded and all(c.tool == "echo" and not c.is_error for c in recorded)
+
+
+def test_a_pack_in_another_language_validates(tmp_path: Path) -> None:
+    pack = yaml.safe_load((BUILTIN / "time.yaml").read_text())
+    pack["languages"] = {"en": 0.5, "fr": 0.5}
+    pack["system_prompts"] = {"fr": "Tu es un assistant qui peut appeler des outils."}
+    pack["decorations"] = {
+        "fr": {"prefixes": ["", "Bonjour ! ", "Salut, "], "suffixes": ["", " Merci."]}
+    }
+    french = {
+        "current_time": {
+            "f1": "Quelle heure est-il à {city.name} ?",
+            "f2": "Donne-moi l'heure locale de {city.name}.",
+            "f3": "Il est quelle heure à {city.name} en ce moment ?",
+        },
+    }
+    for values in pack["pools"].values():
+        if isinstance(values, dict):
+            values["fr"] = list(values["en"])
+    for intent in pack["intents"]:
+        for slot in intent.get("slots", {}).values():
+            if isinstance(slot.get("values"), dict):
+                slot["values"]["fr"] = list(slot["values"]["en"])
+        intent["phrasings"] = {
+            "en": intent["phrasings"]["en"],
+            "fr": french.get(intent["name"])
+            or {
+                f"f{i}": f"(fr) {text}" for i, text in enumerate(intent["phrasings"]["en"].values())
+            },
+        }
+    path = tmp_path / "fr.yaml"
+    path.write_text(yaml.safe_dump(pack, allow_unicode=True))
+    out = tmp_path / "fr"
+    dataset = generate_from_sources(load_pack(path), out, n=150, progress=False)
+    assert set(dataset.manifest["language"]) == {"en", "fr"}
+    report = validate_dataset(out, FAST)
+    assert report.success, report.summary()
+    prompts = [r["prompt"][0]["content"] for r in dataset.rows if r["language"] == "fr"]
+    assert prompts and set(prompts) == {"Tu es un assistant qui peut appeler des outils."}

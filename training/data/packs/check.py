@@ -107,6 +107,14 @@ def _check_slot_fields(
             continue
         if placeholder.field is None:
             continue
+        if spec.range is not None:
+            report.add(
+                location,
+                label,
+                f"{{{placeholder.slot}.{placeholder.field}}}: slot {placeholder.slot!r} is a "
+                "range of integers, which have no fields",
+            )
+            continue
         try:
             values = candidates(spec, pack, lang)
         except SlotError:

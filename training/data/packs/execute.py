@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.mcp_client.base import McpClient, McpClientError
+from serving.mcp_client.base import McpClient, McpClientError, McpProtocolError
 from serving.mcp_client.call_store import CallStore, CallStoreError, canonical_arguments
 from training.data.packs.check import schema_problems, validator_for
 from training.data.packs.model import CallSpec, IntentSpec, step_calls
@@ -96,11 +96,16 @@ class CallExecutor:
         async with self._limit:
             try:
                 result = await self.client.call_tool(exposed, arguments)
-            except McpClientError as exc:
-                # a protocol error (bad arguments, unknown tool) is the server refusing the
-                # call; recorded as an error result like any tool error
+            except McpProtocolError as exc:
+                # the server refusing the call (bad arguments, unknown tool): its answer,
+                # recorded like any tool error
                 self.stats.sent += 1
-                return Outcome(f"MCP error: {exc}", True)
+                return Outcome(f"MCP error {exc.code}: {exc.message}", True)
+            except McpClientError as exc:
+                # the transport failed (crashed, timed out): no answer to record; the row is
+                # invalid and the call is sent again by the next row that needs it
+                self.stats.sent += 1
+                raise InvalidRowError("transport", f"{tool}: {str(exc)[:200]}") from None
         self.stats.sent += 1
         return Outcome(result.text, result.is_error)
 

@@ -56,7 +56,9 @@ def placeholders(template: str) -> list[Placeholder]:
             )
         spec = match.group("spec")
         if spec is not None and (
-            len(spec) > MAX_SPEC_CHARS or not re.fullmatch(r"[\w<>^=+ ,.%-]*", spec)
+            len(spec) > MAX_SPEC_CHARS
+            or not re.fullmatch(r"[\w<>^=+ ,.%-]*", spec)
+            or re.search(r"\d{3,}", spec)  # a width of 10**9 would allocate a gigabyte
         ):
             raise RefError(f"format spec {spec!r} in {template!r} is not allowed")
         found.append(Placeholder(match.group("slot"), match.group("field"), spec))
