@@ -352,3 +352,38 @@ def test_a_pack_in_another_language_validates(tmp_path: Path) -> None:
     assert report.success, report.summary()
     prompts = [r["prompt"][0]["content"] for r in dataset.rows if r["language"] == "fr"]
     assert prompts and set(prompts) == {"Tu es un assistant qui peut appeler des outils."}
+
+
+def test_a_prefixed_server_gives_prefixed_rows_and_a_tampered_store_fails(tmp_path: Path) -> None:
+    import sys
+
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(
+        yaml.safe_dump(
+            {
+                "servers": {
+                    "time": {
+                        "command": sys.executable,
+                        "args": ["-m", "mcp_server_time"],
+                        "prefix": "clock_",
+                    }
+                }
+            }
+        )
+    )
+    out = tmp_path / "prefixed"
+    dataset = generate_from_sources(
+        load_pack(BUILTIN / "time.yaml"), out, sources, n=80, progress=False
+    )
+    used = {t for r in dataset.rows for t in r["tools_used"]}
+    assert used == {"clock_get_current_time", "clock_convert_time"}
+    assert set(dataset.rows[0]["extra_info"]["tools_kwargs"]) == used
+    with CallStore(out / "calls.sqlite") as store:
+        assert {c.tool for c in store} == {"get_current_time", "convert_time"}  # own names
+        store.record_one("time", "get_current_time", {"timezone": "Etc/UTC"}, "{}", False)
+    report = validate_dataset(out, FAST)  # the digest no longer matches the manifest
+    assert {c.name for c in report.failed} == {"pack_call_store_digest"}
+    (out / "calls.sqlite").unlink()
+    report = validate_dataset(out, FAST)
+    assert "pack_call_store_readable" in {c.name for c in report.failed}
+    assert not report.success
