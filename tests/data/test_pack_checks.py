@@ -98,6 +98,13 @@ def test_the_shipped_packs_and_a_good_pack_pass(time_tools: dict[str, Any]) -> N
         (('timezone: "{src.tz}"', "zone: x"), "'timezone' is a required property"),
         (('        b: "What is the {src.name} time now in {dst.name}?"\n', ""), "one phrasing"),
         (("src: {pool: city}", "src: {range: {min: 0, max: 999999999999}}"), "range of integers"),
+        (
+            (
+                'b: "What is the {src.name} time now in {dst.name}?"',
+                'b: "TIME in {dst.name} then in {src.tz}!"',
+            ),
+            "template en/b has the same text as now_then_convert/en/a",
+        ),
     ],
 )
 def test_pack_problems_name_the_line_intent_and_cause(

@@ -11,6 +11,7 @@ not have, languages without phrasings, and intents too small to hold a template 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from training.data.packs.refs import (
 )
 from training.data.packs.slots import SlotError, candidates, draw_slots
 from training.data.schema import Category
+from training.data.validate import normalise_query
 
 SAMPLE_DRAWS = 12
 """Slot draws per intent and language whose filled arguments are schema-checked."""
@@ -176,6 +178,7 @@ def _check_intent(
     intent: IntentSpec,
     pack: PackSpec,
     tools: Mapping[str, Mapping[str, Any]],
+    validators: Mapping[str, Validator],
 ) -> None:
     base: list[str | int] = ["intents", index]
     label = f"intent {intent.name!r}"
@@ -266,7 +269,7 @@ def _check_intent(
                 f"{intent.missing.tool} (required: "
                 f"{', '.join(schema.get('required') or []) or 'none'})",
             )
-    _check_filled_arguments(report, index, intent, pack, tools, label)
+    _check_filled_arguments(report, index, intent, pack, validators, label)
 
 
 def _check_filled_arguments(
@@ -274,11 +277,10 @@ def _check_filled_arguments(
     index: int,
     intent: IntentSpec,
     pack: PackSpec,
-    tools: Mapping[str, Mapping[str, Any]],
+    validators: Mapping[str, Validator],
     label: str,
 ) -> None:
     """Fill the arguments from sampled slot draws and validate them against the schemas."""
-    validators = {name: validator_for(schema) for name, schema in tools.items()}
     rng = random.Random(f"check/{intent.name}")
     for lang in pack.languages:
         for _ in range(SAMPLE_DRAWS):
@@ -291,7 +293,7 @@ def _check_filled_arguments(
                 for c_index, call in enumerate(calls):
                     if call.tool not in validators:
                         continue
-                    where: list[str | int] = [*base_of(index), "steps", s_index]
+                    where: list[str | int] = ["intents", index, "steps", s_index]
                     if len(calls) > 1:
                         where += ["parallel", c_index]
                     try:
@@ -309,8 +311,23 @@ def _check_filled_arguments(
                         )
 
 
-def base_of(index: int) -> list[str | int]:
-    return ["intents", index]
+def _check_duplicate_texts(report: _Report, pack: PackSpec) -> None:
+    """Two templates with the same text (up to case, punctuation and slot names) would give
+    train and test the same query shapes; the generator could not keep them apart."""
+    seen: dict[str, str] = {}
+    for index, intent in enumerate(pack.intents):
+        for lang, texts in intent.phrasings.items():
+            for tid, text in texts.items():
+                key = f"{lang}|{normalise_query(re.sub(r'{[^{}]*}', '{}', text))}"
+                where = f"{intent.name}/{lang}/{tid}"
+                if key in seen:
+                    report.add(
+                        ["intents", index, "phrasings", lang, tid],
+                        f"intent {intent.name!r}",
+                        f"template {lang}/{tid} has the same text as {seen[key]}",
+                    )
+                else:
+                    seen[key] = where
 
 
 def check_pack(loaded: LoadedPack, tools: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -335,8 +352,10 @@ def check_pack(loaded: LoadedPack, tools: Mapping[str, Mapping[str, Any]]) -> li
     sizes = [1] * len(pack.reset)
     for r_index, call in enumerate(pack.reset):
         _check_call(report, call, tools, r_index, sizes, ["reset", r_index], "reset")
+    validators = {name: validator_for(schema) for name, schema in tools.items()}
     for index, intent in enumerate(pack.intents):
-        _check_intent(report, index, intent, pack, tools)
+        _check_intent(report, index, intent, pack, tools, validators)
+    _check_duplicate_texts(report, pack)
     if not any(
         i.category not in (Category.IRRELEVANCE, Category.CLARIFICATION) for i in pack.intents
     ):
