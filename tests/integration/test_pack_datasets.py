@@ -116,6 +116,18 @@ def test_every_expected_call_is_in_the_store_the_manifest_names(
                     assert found is not None and not found.is_error
                     assert json.loads(found.result) == result
     assert info["sent"] == info["calls"]  # each distinct call went to the server once
+    # the replay server (serving/mcp_server/replay.py) serves this store as it is
+    from serving.mcp_server.replay import load_replay
+
+    replay = load_replay(out / info["path"])
+    assert replay.digest == info["digest"] and replay.orphans == 0
+    served = 0
+    for raw in rows_of(out)["reward_model"]:
+        for call in GroundTruth.from_json(raw["ground_truth"]).expected_calls:
+            answer = replay.find(call.name, call.arguments, call.arguments)
+            assert answer is not None and answer[1] is False
+            served += 1
+    assert served > 300
     assert info["shared_in_flight"] + info["from_store"] > 0
     # the same seed and the same store give the same rows (live results are fixed there)
     again = generate_from_sources(

@@ -241,6 +241,22 @@ async def execute_plan(
     return outcomes
 
 
+def write_replay_sidecar(store_path: Path, server: str, tools: dict[str, ServerTool]) -> Path:
+    """The recorded tools/list beside the store (`serving.mcp_client.recording`'s format), so
+    `toolrl mcp serve --mode replay --store STORE` serves this dataset's calls as is."""
+    from serving.mcp_client.recording import tools_path_for, write_recorded_tools
+
+    listed = [
+        {"name": t.name, "description": t.description, "inputSchema": dict(t.input_schema)}
+        for t in sorted(tools.values(), key=lambda t: t.name)
+    ]
+    any_tool = next(iter(tools.values()))
+    prefix = any_tool.exposed[: len(any_tool.exposed) - len(any_tool.name)]
+    path = tools_path_for(store_path)
+    write_recorded_tools(path, server, listed, prefix)
+    return path
+
+
 def _fingerprint(snapshot: list[dict[str, Any]]) -> str:
     text = json.dumps(snapshot, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -382,6 +398,7 @@ async def generate_pack_dataset(
             rows, config, loaded, snapshot, store, store_ref, executor, invalid, used
         )
     (out_dir / TOOLS_FILE).write_text(json.dumps(snapshot, indent=2, ensure_ascii=False) + "\n")
+    write_replay_sidecar(store_path, pack.server, tools)
     write_dataset(rows, manifest, out_dir)
     return PackDataset(rows, manifest, invalid)
 
