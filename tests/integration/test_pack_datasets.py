@@ -204,6 +204,8 @@ def test_memory_pack_dataset_validates_and_chains_use_created_entities(
     )
     manifest = dataset.manifest
     assert manifest["pack"]["stateful"] and manifest["pack"]["invalid_rows"] == 0
+    for category, counts in manifest["pack"]["templates"].items():
+        assert counts["test"] / (counts["train"] + counts["test"]) >= 0.25, category
     report = validate_dataset(out, FAST)
     assert report.success, report.summary()
     frame = rows_of(out)
