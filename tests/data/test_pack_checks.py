@@ -94,6 +94,10 @@ def test_the_shipped_packs_and_a_good_pack_pass(time_tools: dict[str, Any]) -> N
         (('{dst.name}?"\n        b', '{dst.nom}?"\n        b'), "have no field 'nom'"),
         (("pool: city}\n      dst", "pool: cities}\n      dst"), "unknown pool 'cities'"),
         (('| hhmm"\n          target', '| shell"\n          target'), "unknown filter 'shell'"),
+        (
+            ('time: "$steps[0].result.datetime | hhmm"', 'time: "at ${steps[1].result.datetime}"'),
+            "points to step 1, which is not an earlier",
+        ),
         (('timezone: "{src.tz}"', "timezone: 7"), "7 is not of type 'string'"),
         (('timezone: "{src.tz}"', "zone: x"), "'timezone' is a required property"),
         (('        b: "What is the {src.name} time now in {dst.name}?"\n', ""), "one phrasing"),
@@ -192,7 +196,13 @@ def test_references_and_templates_fill_without_eval() -> None:
         "n": 3,
         "s": "07:05",
     }
-    assert fill("$$5 flat", {}) == "$5 flat"
+    assert fill("$$5 flat", {}) == "$5 flat" and fill("$5 flat", {}) == "$5 flat"
+    spliced = (
+        "${steps[0].result.datetime | hhmm} in {city}, ${steps[1].calls[0].result.value | len}"
+    )
+    assert fill(spliced, {"city": "Tokyo"}, steps) == "05:08 in Tokyo, 2"
+    assert fill("${{not a ref}} {n}", {"n": 2.0}) == "${not a ref} 2.0"
+    assert fill("${steps[0].arguments.timezone | lower}", {}, steps) == "asia/tokyo"
     assert render_text("{{literal}} {x}", {"x": 1}) == "{literal} 1"
     for hostile, message in [
         ("$steps[0].result.__class__", "no key '__class__'"),

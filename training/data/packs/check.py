@@ -23,7 +23,7 @@ from training.data.packs.model import CallSpec, IntentSpec, PackSpec, step_calls
 from training.data.packs.refs import (
     RefError,
     fill,
-    is_reference,
+    has_reference,
     placeholders,
     references_in,
     slots_in,
@@ -61,7 +61,7 @@ def schema_problems(
 
 
 def _ref_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    if is_reference(value):
+    if has_reference(value):
         return [prefix]
     if isinstance(value, Mapping):
         return [p for k, v in value.items() for p in _ref_paths(v, (*prefix, k))]
@@ -71,7 +71,7 @@ def _ref_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
 
 
 def _blank_refs(value: Any) -> Any:
-    if is_reference(value):
+    if has_reference(value):
         return PLACEHOLDER_VALUE
     if isinstance(value, Mapping):
         return {k: _blank_refs(v) for k, v in value.items()}

@@ -26,7 +26,7 @@ from serving.mcp_client.base import McpClient, McpClientError, McpProtocolError
 from serving.mcp_client.call_store import CallStore, CallStoreError, canonical_arguments
 from training.data.packs.check import schema_problems, validator_for
 from training.data.packs.model import CallSpec, IntentSpec, step_calls
-from training.data.packs.refs import ExecutedCall, RefError, fill
+from training.data.packs.refs import FILTERS, ExecutedCall, RefError, fill
 from training.data.packs.results import result_object
 from training.data.schema import ExpectedCall
 
@@ -162,11 +162,8 @@ class RowTruth:
 
 
 def _answer_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return value if isinstance(value, str) else str(value)
+    """An answer as text: numbers as `num` writes them (no trailing `.0`)."""
+    return value if isinstance(value, str) else FILTERS["num"](value)
 
 
 async def run_calls(

@@ -9,8 +9,12 @@
   row, e.g. `$steps[0].result.datetime | hhmm` or `$steps[1].calls[0].result.entities[*].name`.
   Grammar: `$steps[I]` then optionally `.calls[J]`, then `.result` or `.arguments`, then any
   of `.key`, `[N]`, `["key"]`, `[*]` (apply the rest to each element), then `| filter`s from
-  a fixed list (`FILTERS`). `$$` starts a literal `$`. The step index is known statically,
+  a fixed list (`FILTERS`). A string starting with `$$` is literal (one `$` dropped), and
+  `$` followed by anything but a letter is plain text. The step index is known statically,
   so a pack check can refuse a reference to the same or a later step before anything runs.
+  Inside a longer string a reference is written `${steps[0].result.converted | num}` (a
+  number without a trailing `.0`), e.g. `"${steps[0].result.converted}/{people}"`; a
+  literal `${x}` is written `${{x}}`, as braces are everywhere.
 """
 
 from __future__ import annotations
@@ -162,6 +166,7 @@ FILTERS: dict[str, Callable[[Any], Any]] = {
     "last": lambda v: _sequence("last", v)[-1],
     "len": lambda v: len(v) if isinstance(v, list | str | dict) else _sequence("len", v),
     "join": lambda v: ", ".join(str(x) for x in _sequence("join", v)),
+    "num": lambda v: _num(v),
 }
 """What a reference may apply to the value it found; nothing else runs."""
 
@@ -187,8 +192,38 @@ class ResultRef:
     filters: tuple[str, ...]
 
 
+_INLINE = re.compile(r"\$\{([^{}]{1,300})\}")
+"""`${steps[0].result.x | num}` inside a longer string."""
+
+
 def is_reference(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("$") and not value.startswith("$$")
+    """A string that is one whole reference (`$` then a letter: `$steps[...]`)."""
+    return isinstance(value, str) and len(value) > 1 and value[0] == "$" and value[1].isalpha()
+
+
+def has_reference(value: Any) -> bool:
+    """A string whose value comes (wholly or partly) from an earlier result."""
+    return is_reference(value) or (isinstance(value, str) and bool(_INLINE.search(value)))
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _split_inline(text: str) -> list[tuple[bool, str]]:
+    """The text as (is_reference, piece) parts; literal pieces keep their slot templates."""
+    parts: list[tuple[bool, str]] = []
+    position = 0
+    for match in _INLINE.finditer(text):
+        parts.append((False, text[position : match.start()]))
+        parts.append((True, "$" + match.group(1).strip()))
+        position = match.end()
+    parts.append((False, text[position:]))
+    return parts
 
 
 def parse_ref(text: str) -> ResultRef:
@@ -286,6 +321,11 @@ def fill(value: Any, slots: Mapping[str, Any], steps: Sequence[Sequence[Executed
             return resolve_ref(parse_ref(value), steps)
         if value.startswith("$$"):
             value = value[1:]
+        if _INLINE.search(value):
+            return "".join(
+                _num(resolve_ref(parse_ref(piece), steps)) if is_ref else render_text(piece, slots)
+                for is_ref, piece in _split_inline(value)
+            )
         whole = _whole_placeholder(value)
         if whole is not None:
             return _slot_value(whole, slots)
@@ -301,6 +341,8 @@ def references_in(value: Any) -> list[ResultRef]:
     """Every result reference inside a (nested) value; RefError for one that does not parse."""
     if is_reference(value):
         return [parse_ref(value)]
+    if isinstance(value, str):
+        return [parse_ref(piece) for is_ref, piece in _split_inline(value) if is_ref]
     if isinstance(value, Mapping):
         return [ref for v in value.values() for ref in references_in(v)]
     if isinstance(value, list):
@@ -313,7 +355,10 @@ def slots_in(value: Any) -> list[Placeholder]:
     if isinstance(value, str):
         if is_reference(value):
             return []
-        return placeholders(value[1:] if value.startswith("$$") else value)
+        text = value[1:] if value.startswith("$$") else value
+        return [
+            p for is_ref, piece in _split_inline(text) if not is_ref for p in placeholders(piece)
+        ]
     if isinstance(value, Mapping):
         return [p for v in value.values() for p in slots_in(v)]
     if isinstance(value, list):
