@@ -354,7 +354,7 @@ async def generate_pack_dataset(
     `client` is a `ToolCatalog` (the model's names, prefixes included) or one server's
     client. Raises PackError (pack problems) or GenerationError (too many invalid rows, a
     template space too small); the rows written are always valid, and the store holds every
-    call made, including the failed ones."""
+    answered call, tool errors included (a transport failure is no answer: not recorded)."""
     pack = loaded.spec
     tools = await server_tools(client, pack.server)
     if not tools:
