@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import signal
 import time
 import uuid
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from aiohttp import web
 
 from serving.answer_stream import AnswerStream
 from serving.engine.engine import Engine, Request, Sampling
+from serving.engine.signals import ALONE_SIGNAL, SHARE_SIGNAL
 from serving.engine.token_feed import TokenFeed
 from serving.engine.worker import EngineWorker
 from serving.sse import ChunkWriter, ClientGoneError
@@ -42,6 +44,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_CAP = 4096
 POLL_S = 0.5
 """How often a waiting request checks that its caller is still connected."""
+
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
@@ -198,7 +201,12 @@ class EngineServer:
     async def health(self, _: web.Request) -> web.Response:
         worker = self.handle.worker
         return web.json_response(
-            {"status": "ok", "failures": worker.failures, "in_flight": worker.in_flight}
+            {
+                "status": "ok",
+                "failures": worker.failures,
+                "in_flight": worker.in_flight,
+                "threads": worker.wanted_threads,
+            }
         )
 
     async def models(self, _: web.Request) -> web.Response:
@@ -510,8 +518,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.nice:
         os.nice(args.nice)
+    handle_box: list[ModelHandle] = []
+
+    def share(signum: int, _: object) -> None:
+        # installed before the model loads: an early signal must not end the process
+        if handle_box:
+            handle_box[0].worker.share_cores(signum == SHARE_SIGNAL)
+
+    signal.signal(SHARE_SIGNAL, share)
+    signal.signal(ALONE_SIGNAL, share)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     handle = load(args.model, args.served_model_name, args.dtype, args.max_rows, args.threads)
+    handle_box.append(handle)
     handle.default_max_tokens = args.max_tokens
     logger.info("serving %s as %r on %s:%d", args.model, handle.name, args.host, args.port)
     try:

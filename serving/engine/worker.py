@@ -36,6 +36,10 @@ class EngineWorker:
     def __init__(self, engine: Engine, threads: int | None = None) -> None:
         self.engine = engine
         self.threads = threads
+        self.full_threads = threads or torch.get_num_threads()
+        self.wanted_threads = self.full_threads
+        """Set from any thread (`share_cores`); the engine thread applies it before its next
+        step (torch's thread count belongs to the thread that runs the ops)."""
         self._inbox: queue.Queue[Job | None] = queue.Queue()
         self._in_flight: list[Request] = []
         self._stopped = threading.Event()
@@ -47,6 +51,13 @@ class EngineWorker:
         if self._stopped.is_set():
             raise RuntimeError("the engine is shut down")
         self._inbox.put(Job(request, prefix_hint))
+
+    def share_cores(self, shared: bool) -> None:
+        """Half the threads while another engine runs on the same cores (a blue/green
+        reload), all of them again when it is gone. Two engines each spinning on every core
+        slow each other down several times over (OpenMP threads busy-wait for cores the
+        other holds): measured 7.4 -> 1.1 decode steps/s each."""
+        self.wanted_threads = max(1, self.full_threads // 2) if shared else self.full_threads
 
     @property
     def in_flight(self) -> int:
@@ -68,9 +79,11 @@ class EngineWorker:
         self._in_flight.append(job.request)
 
     def _run(self) -> None:
-        if self.threads:
-            torch.set_num_threads(self.threads)
+        torch.set_num_threads(self.full_threads)
         while not self._stopped.is_set():
+            if torch.get_num_threads() != self.wanted_threads:
+                torch.set_num_threads(self.wanted_threads)
+                logger.info("engine now runs on %d thread(s)", self.wanted_threads)
             try:
                 if self.engine.idle:
                     job = self._inbox.get()

@@ -7,6 +7,7 @@ period. The log goes to a file so a failed start can say why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from serving.engine.signals import ALONE_SIGNAL, SHARE_SIGNAL
 from serving.launch.commands import BackendConfig, build_command, health_path
 
 
@@ -55,6 +57,15 @@ class ModelServer:
             time.sleep(0.5)
         self.stop()
         raise ServerStartError(f"backend not healthy after {timeout_s:.0f} s: {self.tail()}")
+
+    def share_cores(self, shared: bool) -> None:
+        """Tell a cpu engine that another one shares its cores (or no longer does); other
+        backends have cores or a GPU of their own and are left alone."""
+        process = self.process
+        if self.config.backend != "cpu" or process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, SHARE_SIGNAL if shared else ALONE_SIGNAL)
 
     def tail(self, chars: int = 2000) -> str:
         try:

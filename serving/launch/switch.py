@@ -4,6 +4,8 @@ The front door holds the current `Upstream`. A reload starts the new backend, he
 it, builds its agent, swaps the reference (new requests go to it at once), waits for the
 old upstream's in-flight requests to finish, then stops the old backend. If the new one
 fails to start, the old one keeps serving and the reload is retried on the next check.
+While two backends run, both are told they share the machine (`Upstream.share`): two CPU
+engines each using every core would slow each other down several times over.
 """
 
 from __future__ import annotations
@@ -28,11 +30,18 @@ class Upstream:
     """The `serving.agent.Agent` bound to this backend."""
     stop: Callable[[], Awaitable[None]]
     """Stops the backend (and closes the agent's clients)."""
+    share: Callable[[bool], None] | None = None
+    """Told True while a second backend runs beside this one on the same machine and False
+    when it is gone (a CPU engine then gives up half its threads); None: nothing to share."""
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.idle.set()
+
+    def sharing(self, shared: bool) -> None:
+        if self.share is not None:
+            self.share(shared)
 
     def enter(self) -> None:
         self.inflight += 1
@@ -57,11 +66,14 @@ class Switchboard:
         """Start a new upstream, switch to it, drain and stop the old one. Returns False
         (old upstream kept) if the launch fails."""
         async with self._lock:
+            self.current.sharing(True)
             try:
                 fresh = await launch()
             except Exception:
+                self.current.sharing(False)
                 logger.exception("new backend failed to start; keeping %s", self.current.version)
                 return False
+            fresh.sharing(True)
             old, self.current = self.current, fresh
             self.reloads += 1
             logger.info("switched from %s to %s", old.version, fresh.version)
@@ -70,6 +82,8 @@ class Switchboard:
         except TimeoutError:
             logger.warning("old backend %s still busy after drain timeout", old.version)
         await old.stop()
+        if self.current is fresh:
+            fresh.sharing(False)
         return True
 
     async def watch(

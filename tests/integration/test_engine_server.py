@@ -341,3 +341,62 @@ def test_serving_lowers_a_cpu_engines_priority_by_default(tmp_path: Path) -> Non
     cpu = command("cpu")
     assert cpu[cpu.index("--nice") + 1] == "10"
     assert "--nice" not in command("vllm")
+
+
+def _threads(server: ModelServer) -> int:
+    health = server.base_url.removesuffix("/v1") + "/health"
+    with urllib.request.urlopen(health, timeout=10) as reply:
+        return int(json.loads(reply.read())["threads"])
+
+
+def test_a_reload_halves_both_engines_threads_while_they_overlap(tmp_path: Path) -> None:
+    """Blue/green on one CPU: while the old engine drains beside the new one, each runs on
+    half the threads (both spinning on every core slowed each other ~7x: 7.4 -> 1.1 decode
+    steps/s on the demo model); the survivor gets them all back."""
+    import asyncio
+
+    from serving.launch.switch import Switchboard, Upstream
+
+    model = build_tiny_model(tmp_path / "tiny", TinyModelConfig(hidden_size=64, num_layers=2))
+
+    def engine() -> ModelServer:
+        config = BackendConfig(
+            backend="cpu", model_dir=model, port=free_port(), dtype="float32",
+            extra_args=("--threads", "2"),
+        )  # fmt: skip
+        return ModelServer(config, tmp_path / "logs").start(timeout_s=120)
+
+    old = engine()
+    new: list[ModelServer] = []
+
+    async def stop_old() -> None:
+        await asyncio.to_thread(old.stop)
+
+    async def launch() -> Upstream:
+        new.append(await asyncio.to_thread(engine))
+        return Upstream("2", agent=None, stop=asyncio.sleep, share=new[0].share_cores)
+
+    async def scenario() -> dict[str, tuple[int, ...]]:
+        first = Upstream("1", agent=None, stop=stop_old, share=old.share_cores)
+        seen: dict[str, tuple[int, ...]] = {"before": (_threads(old),)}
+        board = Switchboard(first)
+        first.enter()  # a request still running on the old engine
+        reload = asyncio.create_task(board.reload(launch))
+        while board.current is first:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # signals are delivered asynchronously
+        seen["overlap"] = (_threads(old), _threads(new[0]))
+        first.leave()  # the old engine's last request ends: it drains and stops
+        assert await reload
+        await asyncio.sleep(0.3)
+        seen["after"] = (_threads(new[0]),)
+        return seen
+
+    try:
+        seen = asyncio.run(scenario())
+    finally:
+        old.stop()
+        for server in new:
+            server.stop()
+    assert seen == {"before": (2,), "overlap": (1, 1), "after": (2,)}
+    assert old.process is not None and old.process.poll() is not None  # drained, stopped

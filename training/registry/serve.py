@@ -156,7 +156,7 @@ class ServingStack:
             await asyncio.to_thread(server.stop)
 
         logger.info("version %s serving at %s (%s)", info.version, server.base_url, call_format)
-        return Upstream(version=info.version, agent=agent, stop=stop)
+        return Upstream(version=info.version, agent=agent, stop=stop, share=server.share_cores)
 
     async def _latest(self) -> str | None:
         info = await asyncio.to_thread(resolve, self.config.tracking_uri, self.config.model_uri)
