@@ -331,7 +331,7 @@ def test_serving_lowers_a_cpu_engines_priority_by_default(tmp_path: Path) -> Non
         config = ServeConfig(
             model_uri="models:/m@champion",
             tracking_uri="http://x",
-            backend=backend,  # type: ignore[arg-type]
+            backend=backend,
             mcp_url="http://y/mcp",
         )
         from serving.launch.commands import build_command
@@ -374,7 +374,10 @@ def test_a_reload_halves_both_engines_threads_while_they_overlap(tmp_path: Path)
 
     async def launch() -> Upstream:
         new.append(await asyncio.to_thread(engine))
-        return Upstream("2", agent=None, stop=asyncio.sleep, share=new[0].share_cores)
+        async def keep() -> None:
+            return None
+
+        return Upstream("2", agent=None, stop=keep, share=new[0].share_cores)
 
     async def scenario() -> dict[str, tuple[int, ...]]:
         first = Upstream("1", agent=None, stop=stop_old, share=old.share_cores)
