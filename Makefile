@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# make demo PACK=time: the loop on a task pack's MCP server (see docs/parts/packs.md)
 demo: setup
-	$(BIN)/toolrl demo
+	$(BIN)/toolrl demo $(if $(PACK),--pack $(PACK))
 
 lint: setup
 	$(BIN)/ruff check .

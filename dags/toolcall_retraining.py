@@ -101,9 +101,9 @@ def toolcall_retraining() -> None:
     def check_tools(planned: dict[str, Any]) -> str:
         from toolrl_plugins.connections import mcp_endpoint
 
-        from training.pipeline.retraining_stage import check_mcp
+        from training.pipeline.retraining_stage import check_planned_tools
 
-        return check_mcp(mcp_endpoint()[0], planned)
+        return check_planned_tools(mcp_endpoint()[0], planned)
 
     submit = SubmitRayTrainingOperator(
         task_id="submit_training",

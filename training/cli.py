@@ -211,6 +211,24 @@ def demo(
             "Airflow's scheduler, dag-processor and triggerer.",
         ),
     ] = False,
+    pack: Annotated[
+        str | None,
+        typer.Option(
+            "--pack",
+            help="Run the loop on a task pack (file, or a shipped pack: time, memory): data "
+            "generated against its MCP server, training and evaluation on the replay of "
+            "the recorded calls, serving with the live server's tools. Default workdir: "
+            "runs/demo-PACK.",
+        ),
+    ] = None,
+    sources: Annotated[
+        Path | None,
+        typer.Option(
+            "--sources",
+            help="With --pack: tool sources YAML holding the pack's server (default: the "
+            "pack's own `source:`).",
+        ),
+    ] = None,
 ) -> None:
     """Run the whole retraining loop on this machine: local services on loopback (MLflow, Ray,
     MCP, Airflow's own four), the dataset DAG triggered through Airflow's REST API, retraining
@@ -221,7 +239,16 @@ def demo(
     from training.orchestrator.services import AirflowServiceError
 
     try:
-        run_demo(workdir, rows, keep_running=keep_running, dags_test=dags_test)
+        if pack and workdir == Path("runs/demo"):  # a pack's champion is not the built-in one
+            workdir = Path(f"runs/demo-{Path(pack).stem}")
+        run_demo(
+            workdir,
+            rows,
+            keep_running=keep_running,
+            dags_test=dags_test,
+            pack=pack,
+            pack_sources=sources,
+        )
     except (DemoError, ServiceError, AirflowLoopError, AirflowServiceError) as exc:
         typer.secho(f"demo failed: {exc}", fg="red", err=True)
         raise typer.Exit(1) from exc

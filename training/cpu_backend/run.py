@@ -16,7 +16,7 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -31,6 +31,8 @@ from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.sft import run_sft
 from training.cpu_backend.tools import McpToolRunner, ToolSchema
 from training.cpu_backend.tracking import LogCallback, Tracker
+from training.data.packs.truth import dataset_registry
+from training.parsing import using_registry
 from training.spec.model import TrainingSpec
 from training.spec.resolve import resolve_model, resolve_paths
 
@@ -56,8 +58,18 @@ MODEL_FILES = (
 def tool_server(spec: TrainingSpec) -> Iterator[str]:
     """The MCP endpoint for the run: a private server in the spec's tool mode (mock, replay
     of `tools.store`, live over `tools.sources`, or real), or the spec's URL."""
+    with served_tools(spec) as (url, _usage):
+        yield url
+
+
+@contextmanager
+def served_tools(spec: TrainingSpec) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
+    """`tool_server`, plus what the run's tool server answered so far (mode, store digest,
+    calls per tool) for `cpu_report.json`: the record that the rollouts and quick evals
+    reached the spec's tools and nothing else (a pack run: the replay of its store, never
+    the user's server). An external server's calls are not counted here."""
     if spec.cpu.mcp == "external":
-        yield spec.tools.server_url
+        yield spec.tools.server_url, lambda: {"server": "external", "mode": spec.tools.mode}
         return
     from serving.mcp_server.config import ServerConfig
     from serving.mcp_server.server import start
@@ -71,7 +83,17 @@ def tool_server(spec: TrainingSpec) -> Iterator[str]:
         log_level="warning",
     )
     with start(config) as server:
-        yield server.url
+
+        def usage() -> dict[str, Any]:
+            tools = server.metrics.snapshot()["tools"]
+            return {
+                "server": "embedded",
+                "mode": spec.tools.mode,
+                "store_digest": server.replay.digest if server.replay else None,
+                "calls": {name: int(t["calls"]) for name, t in tools.items()},
+            }
+
+        yield server.url, usage
 
 
 def eval_rows(spec: TrainingSpec) -> list[dict[Any, Any]]:
@@ -202,7 +224,9 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     train_file = Path(spec.data.train_files[0])
     timings: dict[str, float] = {}
     with ExitStack() as stack:
-        url = stack.enter_context(tool_server(spec))
+        # a pack dataset's calls are judged by its tool snapshot (parser, reward, quick eval)
+        stack.enter_context(using_registry(dataset_registry(train_file)))
+        url, tool_usage = stack.enter_context(served_tools(spec))
         runner = McpToolRunner(url, spec.tools.timeout_s)
         stack.callback(runner.close)
         tracker = stack.enter_context(Tracker(spec))
@@ -299,6 +323,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "malformed_history": grpo.malformed_history,
             },
             "timings": timings,
+            "tools": {**tool_usage(), "listed": sorted(s["function"]["name"] for s in schemas)},
             "peak_rss_gib": peaks,
             "resident_after_gib": resident,
             "metrics": metrics,

@@ -25,6 +25,7 @@ import yaml
 from rich.console import Console
 
 from training.demo.airflow_run import AirflowHandle, run_loop, start_airflow
+from training.demo.pack import PackDemo, pack_answer_check, pack_question, prepare_pack_demo
 from training.demo.progress import CheckpointWatcher
 from training.demo.report import (
     answer_check,
@@ -78,7 +79,7 @@ def ray_connection(ports: dict[str, int], ray_token: str) -> str:
     return f"http://:{ray_token}@127.0.0.1:{ports['ray_dashboard']}"
 
 
-def _env(workdir: Path, ports: dict[str, int]) -> dict[str, str]:
+def _env(workdir: Path, ports: dict[str, int], model_name: str = MODEL_NAME) -> dict[str, str]:
     mcp = f"http://127.0.0.1:{ports['mcp_mock']}/mcp"
     mlflow = f"http://127.0.0.1:{ports['mlflow']}"
     return {
@@ -91,7 +92,7 @@ def _env(workdir: Path, ports: dict[str, int]) -> dict[str, str]:
         "AIRFLOW_CONN_TOOLRL_MCP": mcp,
         "MLFLOW_TRACKING_URI": mlflow,
         "TOOLRL_MCP_URL": mcp,
-        "TOOLRL_MODEL_NAME": MODEL_NAME,
+        "TOOLRL_MODEL_NAME": model_name,
         "TOOLRL_PIPELINE_CONFIG": str(workdir / "pipeline.yaml"),
         "PYTHONPATH": str(REPO_ROOT),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -106,9 +107,13 @@ DEMO_EVAL_ROWS = 96
 points; the full split is ~190 rows and doubles the stage's time)."""
 
 
-def _write_pipeline_config(workdir: Path, rows: int, env: dict[str, str], api_port: int) -> Path:
-    """The deployment's one config file: DAG files, tasks and `toolrl airflow up` read it."""
-    config = {
+def _write_pipeline_config(
+    workdir: Path, rows: int, env: dict[str, str], api_port: int, pack: PackDemo | None = None
+) -> Path:
+    """The deployment's one config file: DAG files, tasks and `toolrl airflow up` read it.
+    With a pack, the dataset DAG generates from it (against its server, through the same
+    sources file serving uses) and retraining replays the version's store."""
+    config: dict[str, Any] = {
         # triggered by the demo; a cron would also start a catch-up run on unpause
         "dataset_schedule": None,
         "dataset_rows": rows,
@@ -127,6 +132,8 @@ def _write_pipeline_config(workdir: Path, rows: int, env: dict[str, str], api_po
         },
         "airflow": {"api_port": api_port},
     }
+    if pack is not None:
+        config |= {"pack": pack.pack, "pack_sources": str(pack.sources_file)}
     path = workdir / "pipeline.yaml"
     path.touch(mode=0o600)  # it holds the connections, the Ray token among them
     path.chmod(0o600)
@@ -197,7 +204,10 @@ def start_services(
     ports: dict[str, int],
     secrets: dict[str, str],
     registry: RegistryCredentials,
+    real_tools: bool = True,
 ) -> None:
+    """MLflow, the MCP server (mock: the `toolrl_mcp` connection; real: serving's built-in
+    tools, not started for a pack, whose serving calls the pack's own server) and Ray."""
     logs = workdir / "logs"
     ray_token = secrets["ray_token"]
     stack.start(
@@ -208,7 +218,8 @@ def start_services(
     # real tools answer only with the serving token (the mock stays open on loopback: it is
     # the training sandbox, reached by the Ray jobs and the evaluation)
     real_env = {**env, "TOOLRL_MCP_TOKEN": secrets["mcp_token"]}
-    stack.start(mcp_service("real", ports["mcp_real"], logs / "mcp-real.log", real_env))
+    if real_tools:
+        stack.start(mcp_service("real", ports["mcp_real"], logs / "mcp-real.log", real_env))
     ray_tmp = Path(tempfile.mkdtemp(prefix="toolrl-ray-"))  # short: Ray's socket paths
     stack.start(
         ManagedService(
@@ -279,13 +290,15 @@ def gate_outcome(workdir: Path) -> tuple[bool, str]:
     return decision.get("decision") == "promote", reasons
 
 
-def ask_front_door(base_url: str, api_key: str) -> dict[str, Any]:
+def ask_front_door(
+    base_url: str, api_key: str, question: str = DEMO_QUESTION, model: str = MODEL_NAME
+) -> dict[str, Any]:
     """One chat through the served champion + real MCP tools, as a user would call it."""
     from openai import OpenAI
 
     client = OpenAI(base_url=base_url, api_key=api_key, timeout=300)
     reply = client.chat.completions.create(
-        model=MODEL_NAME, messages=[{"role": "user", "content": DEMO_QUESTION}]
+        model=model, messages=[{"role": "user", "content": question}]
     )
     payload: dict[str, Any] = reply.model_dump()
     return payload
@@ -298,7 +311,12 @@ def serve_and_chat(
     ports: dict[str, int],
     reader: dict[str, str],
     secrets: dict[str, str],
+    pack: PackDemo | None = None,
+    question: str = DEMO_QUESTION,
 ) -> dict[str, Any]:
+    """Serve the champion behind the front door and ask `question`. The tools: the project's
+    real MCP server, or with a pack the pack's own server, live, through `--tool-sources`."""
+    tool_sources = ["--tool-sources", str(pack.sources_file)] if pack else []
     serving_env = {
         **env,
         **reader,  # the serving identity: it may read the registry, never move an alias
@@ -322,6 +340,7 @@ def serve_and_chat(
                 "256",
                 "--cache-dir",
                 str(workdir / "serving" / "models"),
+                *tool_sources,
             ],
             f"http://127.0.0.1:{ports['frontdoor']}/health",
             workdir / "logs" / "serving.log",
@@ -329,7 +348,12 @@ def serve_and_chat(
             start_timeout_s=600,
         )
     )
-    return ask_front_door(f"http://127.0.0.1:{ports['frontdoor']}/v1", secrets["frontdoor_key"])
+    return ask_front_door(
+        f"http://127.0.0.1:{ports['frontdoor']}/v1",
+        secrets["frontdoor_key"],
+        question,
+        env["TOOLRL_MODEL_NAME"],
+    )
 
 
 def describe_answer(answer: dict[str, Any]) -> str:
@@ -383,7 +407,11 @@ def _summary(
     elapsed: float,
     champion: str | None,
     promoted: bool,
+    check: tuple[bool, str] | None = None,
 ) -> None:
+    """The closing report; `check` is the served answer's verdict (default: the built-in
+    demo's weather check)."""
+    name = env["TOOLRL_MODEL_NAME"]
     pipeline = workdir / "pipeline"
     reports = sorted(pipeline.rglob("candidate.html"))
     decisions = sorted(pipeline.rglob("gate_decision.json"))
@@ -404,9 +432,9 @@ def _summary(
         )
     if champion:
         how = "promoted by this run" if promoted else "unchanged: this run's candidate rejected"
-        entry = f"models:/{MODEL_NAME}@champion = version {champion} ({how})"
+        entry = f"models:/{name}@champion = version {champion} ({how})"
     else:
-        entry = f"{MODEL_NAME}: candidate registered as rejected, no champion yet"
+        entry = f"{name}: candidate registered as rejected, no champion yet"
     console.print(f"registry              {entry} in {workdir / 'mlflow' / 'mlflow.db'}")
     console.print(
         f"MLflow UI (later)     {BIN / 'mlflow'} ui --backend-store-uri "
@@ -414,7 +442,7 @@ def _summary(
     )
     if answer:
         console.print(f"served answer         {describe_answer(answer)}")
-        ok, why = answer_check(answer)
+        ok, why = check if check is not None else answer_check(answer)
         colour = "green" if ok else "yellow"
         console.print(
             f"demo question check   [{colour}]{'ok' if ok else 'not met'}: {why}[/{colour}]"
@@ -497,24 +525,34 @@ def _print_airflow_access(handle: AirflowHandle | None) -> None:
 
 
 def run_demo(
-    workdir: Path, rows: int = 2_000, *, keep_running: bool = False, dags_test: bool = False
+    workdir: Path,
+    rows: int = 2_000,
+    *,
+    keep_running: bool = False,
+    dags_test: bool = False,
+    pack: str | None = None,
+    pack_sources: Path | None = None,
 ) -> None:
+    """The loop on the built-in tools, or with `pack` on a task pack's MCP server (see
+    `training.demo.pack`: generated against the server, trained and evaluated on its replay,
+    served with the live server's tools)."""
     started = time.monotonic()
     workdir = workdir.resolve()
     for sub in ("logs", "mlflow", "datasets", "pipeline", "serving"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
+    target = _pack_target(pack, workdir, pack_sources) if pack else None
     names = ("mlflow", "mcp_mock", "mcp_real", "ray", "ray_dashboard", "frontdoor", "airflow")
     ports = {name: free_port() for name in (*names, "airflow_worker_logs", "airflow_trigger_logs")}
     secrets = demo_secrets(workdir / "secrets.json")
     ray_token = secrets["ray_token"]  # the head requires it, the Airflow connection holds it
     registry = RegistryCredentials.load_or_generate(workdir / "mlflow" / "credentials.json")
-    env = _env(workdir, ports)
+    env = _env(workdir, ports, target.model_name if target else MODEL_NAME)
     secured = {
         **env,
         "AIRFLOW_CONN_TOOLRL_RAY": ray_connection(ports, ray_token),
         "AIRFLOW_CONN_TOOLRL_MLFLOW": mlflow_connection(ports, registry.pipeline),
     }
-    config_path = _write_pipeline_config(workdir, rows, secured, ports["airflow"])
+    config_path = _write_pipeline_config(workdir, rows, secured, ports["airflow"], target)
     cpu = load_spec(DEMO_SPEC).cpu
 
     def watch_training() -> CheckpointWatcher:
@@ -526,7 +564,7 @@ def run_demo(
 
     handle: AirflowHandle | None = None
     with service_stack() as stack:
-        start_services(stack, workdir, env, ports, secrets, registry)
+        start_services(stack, workdir, env, ports, secrets, registry, real_tools=target is None)
         if dags_test:
             dataset = _with_dags_test(workdir, secured, watch_training)
         else:
@@ -534,8 +572,11 @@ def run_demo(
                 stack, workdir, env, ports, config_path, rows, watch_training
             )
         promoted, reasons = gate_outcome(workdir)
-        champion = current_champion(env["MLFLOW_TRACKING_URI"], reader=registry.serving)
+        champion = current_champion(
+            env["MLFLOW_TRACKING_URI"], env["TOOLRL_MODEL_NAME"], reader=registry.serving
+        )
         answer: dict[str, Any] = {}
+        question, expected = pack_question(dataset) if target else (DEMO_QUESTION, [])
         if not promoted:  # a rejection is a result of the gate, not a failure of the pipeline
             kept = (
                 f"the champion (version {champion}) is unchanged and answers the chat"
@@ -545,10 +586,20 @@ def run_demo(
             console.print(f"[yellow]the gate rejected the candidate: {reasons}. {kept}.[/yellow]")
         if champion:
             answer = serve_and_chat(
-                stack, workdir, env, ports, registry.serving.client_env(), secrets
+                stack,
+                workdir,
+                env,
+                ports,
+                registry.serving.client_env(),
+                secrets,
+                target,
+                question,
             )
+        check = pack_answer_check(answer, expected) if target and answer else None
         _shoot_pages(workdir, dataset, handle)
-        _summary(workdir, dataset, env, answer, time.monotonic() - started, champion, promoted)
+        _summary(
+            workdir, dataset, env, answer, time.monotonic() - started, champion, promoted, check
+        )
         _print_airflow_access(handle)
         console.print(
             f"credentials           {workdir / 'secrets.json'} (Ray token, MCP token, front door "
@@ -557,6 +608,21 @@ def run_demo(
         )
         if keep_running:
             _keep_running(stack, workdir)
+
+
+def _pack_target(pack: str, workdir: Path, sources: Path | None) -> PackDemo:
+    """The pack, checked before any service starts (a typo costs seconds, not a run)."""
+    from training.data.packs.loader import PackError
+
+    try:
+        target = prepare_pack_demo(pack, workdir, sources)
+    except PackError as exc:
+        raise DemoError(f"--pack {pack}: " + "; ".join(exc.problems)) from exc
+    console.print(
+        f"pack                  {target.name} (server {target.server!r}; serving's tool "
+        f"sources {target.sources_file}; registry name {target.model_name})"
+    )
+    return target
 
 
 def _with_dags_test(workdir: Path, env: dict[str, str], watch_training: Callable[[], Any]) -> Path:

@@ -22,12 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from tqdm import tqdm
 
 from serving.agent import Agent, AgentConfig, ChatClient, PromptRenderer, ToolExecutor
+from training.data.packs.truth import dataset_registry
 from training.evaluation.adapters import chat_template_renderer, project_parser
 from training.evaluation.cases import CaseSet, EvalCase, load_cases
 from training.evaluation.metrics import aggregate
 from training.evaluation.report import EvalReport, EvalSource, write_report
 from training.evaluation.scoring import CaseResult, score_case
-from training.parsing import ToolRegistry, catalog_registry
+from training.parsing import ToolRegistry, catalog_registry, using_registry
 
 JOURNAL_VERSION = 1
 _FINGERPRINT_KEYS = (
@@ -253,11 +254,14 @@ async def evaluate_async(
     clients = [_client(config, config.temperature), _client(config, config.sample_temperature)]
     agents = {i: Agent(c, executor, agent_config, parser, renderer) for i, c in enumerate(clients)}
     started = time.perf_counter()
-    with _open_journal(journal_file, fingerprint, resume=bool(done)) as journal:
+    # a pack dataset is judged by its own tool snapshot, the built-in one by the catalog
+    registry = dataset_registry(config.data) or catalog_registry()
+    with (
+        _open_journal(journal_file, fingerprint, resume=bool(done)) as journal,
+        using_registry(registry),
+    ):
         try:
-            fresh = await run_cases(
-                work, agents, catalog_registry(), config.concurrency, journal, progress
-            )
+            fresh = await run_cases(work, agents, registry, config.concurrency, journal, progress)
         finally:
             for client in clients:
                 await client.close()

@@ -88,6 +88,12 @@ def run_verl(spec: TrainingSpec, workdir: Path, poll_s: float = 10.0) -> dict[st
     if spec.checkpoint.s3_uri:
         env["TOOLRL_CHECKPOINT_S3_URI"] = spec.checkpoint.s3_uri
         env["TOOLRL_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
+    from training.data.packs.truth import tool_snapshot_path
+    from training.parsing.registry import SNAPSHOT_ENV
+
+    snapshot = tool_snapshot_path(Path(spec.data.train_files[0]))
+    if snapshot is not None:  # a pack dataset: the reward workers judge by its tools
+        env[SNAPSHOT_ENV] = str(snapshot.resolve())
     command = [
         sys.executable,
         "-m",
@@ -111,9 +117,16 @@ def worker_env_overrides(env: dict[str, str]) -> list[str]:
     Non-secret names only, as in the job's own runtime_env."""
     from training.jobs.drift_guard import DRIFT_DIR_ENV
     from training.jobs.submit import FORWARDED_ENV
+    from training.parsing.registry import SNAPSHOT_ENV
     from training.spec.overrides import hydra_value
 
-    names = (DRIFT_DIR_ENV, "TOOLRL_CHECKPOINT_S3_URI", "TOOLRL_CHECKPOINT_KEEP", *FORWARDED_ENV)
+    names = (
+        DRIFT_DIR_ENV,
+        SNAPSHOT_ENV,
+        "TOOLRL_CHECKPOINT_S3_URI",
+        "TOOLRL_CHECKPOINT_KEEP",
+        *FORWARDED_ENV,
+    )
     return [
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={hydra_value(env[name])}"
         for name in names

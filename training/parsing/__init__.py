@@ -4,7 +4,14 @@ split that keeps tool output apart from what the model wrote."""
 
 from training.parsing.calls import CallFormat, ParsedCall, ParseResult
 from training.parsing.errors import SYNTAX_KINDS, FormatError, FormatErrorKind
-from training.parsing.registry import ToolRegistry, catalog_registry
+from training.parsing.registry import (
+    ToolRegistry,
+    active_registry,
+    catalog_registry,
+    registry_from_file,
+    snapshot_registry,
+    using_registry,
+)
 from training.parsing.tool_calls import parse_tool_calls
 from training.parsing.transcript import Transcript, split_transcript, visible_text
 
@@ -17,8 +24,12 @@ __all__ = [
     "ParsedCall",
     "ToolRegistry",
     "Transcript",
+    "active_registry",
     "catalog_registry",
     "parse_tool_calls",
+    "registry_from_file",
+    "snapshot_registry",
     "split_transcript",
+    "using_registry",
     "visible_text",
 ]

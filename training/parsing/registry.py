@@ -1,5 +1,12 @@
 """What the parser needs to know about tools: names, parameter schemas, and a validator.
 
+Which tools a process judges by: the built-in catalog, unless a run trains or evaluates on a
+pack dataset; then the dataset's tool snapshot (`tools.json`, the server's schemas as the
+rows were checked against) is installed with `using_registry`, and every default
+(`active_registry()`: the parser, the reward, the drift count) reads it. A process trains on
+one dataset at a time, so one active registry suffices; verl's reward workers, which run in
+other processes, get it through `TOOLRL_TOOL_SNAPSHOT` (a `tools.json` path).
+
 Why not use the catalog directly: the parser must also judge outputs that name tools from
 other catalogs (verl issue 6252's `search_web`, BFCL functions), so it takes this small
 adapter, built from our catalog by default or from any list of OpenAI function schemas.
@@ -7,9 +14,13 @@ adapter, built from our catalog by default or from any list of OpenAI function s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from serving.tools import ToolArgumentError, get_catalog
@@ -86,3 +97,58 @@ def catalog_registry() -> ToolRegistry:
         schemas={tool.name: tool.parameters for tool in catalog},
         validators={tool.name: _catalog_validator(tool.name) for tool in catalog},
     )
+
+
+SNAPSHOT_ENV = "TOOLRL_TOOL_SNAPSHOT"
+"""A `tools.json` path: the registry of every process that inherits it (verl's workers)."""
+_ACTIVE: list[ToolRegistry] = []
+
+
+def snapshot_registry(tools: Iterable[Mapping[str, Any]]) -> ToolRegistry:
+    """A registry from a dataset's tool snapshot (`[{name, inputSchema, ...}]`, the
+    `tools.json` layout) or OpenAI function schemas: JSON Schema checks only, since a
+    third-party tool has no semantic validator here (its server is the judge at run time)."""
+    schemas: dict[str, Mapping[str, Any]] = {}
+    for tool in tools:
+        if "inputSchema" in tool:
+            schemas[str(tool["name"])] = tool.get("inputSchema") or {}
+        else:
+            function = tool.get("function", tool)
+            schemas[str(function["name"])] = function.get("parameters", {}) or {}
+    return ToolRegistry(schemas=schemas)
+
+
+@cache
+def _registry_from_file(path: str, mtime_ns: int) -> ToolRegistry:
+    return snapshot_registry(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def registry_from_file(path: Path) -> ToolRegistry:
+    """`snapshot_registry` of a `tools.json`, cached per file version (one object per
+    snapshot keeps the per-registry parse and truth caches warm)."""
+    resolved = path.resolve()
+    return _registry_from_file(str(resolved), resolved.stat().st_mtime_ns)
+
+
+def active_registry() -> ToolRegistry:
+    """The registry defaults resolve to: the innermost `using_registry`, else the snapshot
+    named by `TOOLRL_TOOL_SNAPSHOT`, else the built-in catalog."""
+    if _ACTIVE:
+        return _ACTIVE[-1]
+    named = os.environ.get(SNAPSHOT_ENV)
+    if named:
+        return registry_from_file(Path(named))
+    return catalog_registry()
+
+
+@contextlib.contextmanager
+def using_registry(registry: ToolRegistry | None) -> Iterator[ToolRegistry]:
+    """Judge calls by `registry` inside the block (None: leave the default in place)."""
+    if registry is None:
+        yield active_registry()
+        return
+    _ACTIVE.append(registry)
+    try:
+        yield registry
+    finally:
+        _ACTIVE.remove(registry)

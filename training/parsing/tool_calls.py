@@ -30,7 +30,7 @@ from training.parsing.calls import (
 )
 from training.parsing.errors import FormatError, FormatErrorKind
 from training.parsing.fast_path import parse_well_formed
-from training.parsing.registry import ToolRegistry, catalog_registry
+from training.parsing.registry import ToolRegistry, active_registry
 from training.parsing.values import convert_value
 
 __all__ = ["CallFormat", "ParseResult", "ParsedCall", "parse_tool_calls"]
@@ -303,7 +303,7 @@ def parse_tool_calls(
         return ParseResult([], [FormatError(_K.BAD_STRUCTURE, "output is not a string")])
     if OPEN not in text and CLOSE not in text and FUNC_OPEN not in text:
         return ParseResult([], [])
-    registry = registry or catalog_registry()
+    registry = registry or active_registry()
     scan = parse_well_formed(text, call_format, registry) if fast_path else None
     if scan is None:  # anything unusual: the full scanner, which names every problem
         scan = Scan(text, call_format, registry)

@@ -98,6 +98,18 @@ class PipelineConfig(BaseModel):
         "MCP, S3); unset ones take the embedded defaults of serving/settings.py.",
     )
     airflow: AirflowServices = Field(default_factory=AirflowServices)
+    pack: str | None = Field(
+        default=None,
+        description="Generate datasets from this task pack (a YAML file, or a shipped pack: "
+        "time, memory) against its MCP server instead of the built-in tools. Training and "
+        "evaluation then replay the dataset's call store (never the server itself), and "
+        "`chinese_fraction` gives way to the pack's `languages`.",
+    )
+    pack_sources: str | None = Field(
+        default=None,
+        description="Tool-sources YAML holding the pack's server (`toolrl tools list` "
+        "format). None: the pack's own `source:` (the shipped time pack has one).",
+    )
     tool_sources: ToolSources = Field(
         default_factory=ToolSources,
         description="MCP servers whose tools form the catalog (`toolrl tools list`): stdio "

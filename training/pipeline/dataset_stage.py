@@ -30,6 +30,8 @@ def generate_stage(config: PipelineConfig, run_key: str, rows: int | None = None
     staging = Path(config.data_root) / "staging" / run_key.replace(":", "_").replace("+", "_")
     if staging.exists():
         shutil.rmtree(staging)  # a retried task starts clean; nothing is published yet
+    if config.pack:
+        return _generate_from_pack(config, staging, rows or config.dataset_rows, run_key)
     manifest = generate_dataset(
         GenerationConfig(
             n=rows or config.dataset_rows,
@@ -43,6 +45,31 @@ def generate_stage(config: PipelineConfig, run_key: str, rows: int | None = None
         "staging_dir": str(staging),
         "dataset_version": manifest["dataset_version"],
         "rows": manifest["rows"],
+    }
+
+
+def _generate_from_pack(
+    config: PipelineConfig, staging: Path, rows: int, run_key: str
+) -> dict[str, Any]:
+    """A dataset version from the configured task pack: every expected call executed on the
+    pack's server (started here, stopped after), recorded into the version's own call store,
+    which training and evaluation replay."""
+    from training.data.packs.generate import generate_from_sources
+    from training.data.packs.loader import load_pack, resolve_pack
+
+    assert config.pack is not None
+    loaded = load_pack(resolve_pack(config.pack))
+    sources = Path(config.pack_sources) if config.pack_sources else None
+    dataset = generate_from_sources(
+        loaded, staging, sources, n=rows, seed=seed_for_run(run_key), progress=False
+    )
+    manifest = dataset.manifest
+    return {
+        "staging_dir": str(staging),
+        "dataset_version": manifest["dataset_version"],
+        "rows": manifest["rows"],
+        "pack": loaded.spec.pack,
+        "call_store_digest": manifest["call_store"]["digest"],
     }
 
 

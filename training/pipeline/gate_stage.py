@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from serving.settings import env_var
-from training.pipeline.retraining_stage import StageError, evaluate_model, git_sha
+from training.pipeline.retraining_stage import (
+    StageError,
+    evaluate_model,
+    git_sha,
+    planned_tools,
+)
 
 STOP_REASONS = {
     "succeeded": "completed",
@@ -43,26 +48,27 @@ def evaluate_candidate_and_champion(
         raise StageError(f"training produced no merged model directory ({merged!r})")
     workdir = Path(planned["workdir"]) / "eval"
     test_file, max_turns = _test_file_and_turns(planned)
-    candidate = evaluate_model(
-        merged, test_file, mcp_url, workdir / "candidate.json", limit, backend, max_turns
-    )
-    attach_training_plots(Path(candidate), Path(merged).parent / "plots")
-    champion_report = None
-    try:
-        info = resolve(tracking_uri, f"models:/{model_name()}@champion")
-    except RegistryError:
-        info = None
-    if info is not None:
-        champion_dir = download(tracking_uri, info, workdir / "champion-model")
-        champion_report = evaluate_model(
-            str(champion_dir),
-            test_file,
-            mcp_url,
-            workdir / "champion.json",
-            limit,
-            backend,
-            max_turns,
+    with planned_tools(planned, mcp_url) as tools_url:  # replay: the plan's own store
+        candidate = evaluate_model(
+            merged, test_file, tools_url, workdir / "candidate.json", limit, backend, max_turns
         )
+        attach_training_plots(Path(candidate), Path(merged).parent / "plots")
+        champion_report = None
+        try:
+            info = resolve(tracking_uri, f"models:/{model_name()}@champion")
+        except RegistryError:
+            info = None
+        if info is not None:
+            champion_dir = download(tracking_uri, info, workdir / "champion-model")
+            champion_report = evaluate_model(
+                str(champion_dir),
+                test_file,
+                tools_url,
+                workdir / "champion.json",
+                limit,
+                backend,
+                max_turns,
+            )
     return {
         "candidate_report": candidate,
         "champion_report": champion_report,

@@ -6,10 +6,12 @@ here is plain Python over the library, testable without Airflow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,7 +169,7 @@ def prepare_spec(
     validate it."""
     from training.spec.model import load_spec
 
-    base = load_spec(Path(spec_path))
+    base = replay_for_pack(load_spec(Path(spec_path)), Path(dataset["dataset_dir"]))
     workdir = run_workdir(config, run_key)
     spec = base.model_copy(
         update={
@@ -216,6 +218,27 @@ def prepare_spec(
     }
 
 
+def replay_for_pack(spec: TrainingSpec, dataset_dir: Path) -> TrainingSpec:
+    """A pack dataset trains against the replay of its own call store: the built-in mock
+    does not have the pack server's tools, and the user's server must not be touched by
+    rollouts. A spec that already names a replay or live setup is kept as written; a
+    built-in dataset keeps the spec's mode."""
+    manifest_path = dataset_dir / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return spec
+    generator = manifest.get("generator") if isinstance(manifest, dict) else None
+    if not isinstance(generator, dict) or generator.get("kind") != "pack":
+        return spec
+    if spec.tools.mode in ("replay", "live"):
+        return spec
+    store = Path(str((manifest.get("call_store") or {}).get("path") or "calls.sqlite"))
+    store = store if store.is_absolute() else dataset_dir / store
+    tools = spec.tools.model_copy(update={"mode": "replay", "store": str(store.resolve())})
+    return spec.model_copy(update={"tools": tools})
+
+
 def tool_lineage(spec: TrainingSpec) -> dict[str, str | None]:
     """Which tools the run trains against, for the lineage tags: the mode, and in replay the
     digest of the recording (read and checked now, so a missing or corrupt store fails the
@@ -230,6 +253,32 @@ def tool_lineage(spec: TrainingSpec) -> dict[str, str | None]:
         except ReplayError as exc:
             raise StageError(f"tools.store: {exc}") from exc
     return {"tool_mode": spec.tools.mode, "tool_store_digest": digest}
+
+
+@contextlib.contextmanager
+def planned_tools(planned: dict[str, Any], configured_url: str) -> Iterator[str]:
+    """The MCP endpoint the tasks around training use (the health check, the evaluation):
+    in replay, a private server over the plan's own store, started here and stopped after,
+    so the evaluation scores against exactly what the rollouts saw and the user's server is
+    never called; otherwise the configured server (the `toolrl_mcp` connection)."""
+    if planned.get("tool_mode") != "replay":
+        yield configured_url
+        return
+    from serving.mcp_server.config import ServerConfig
+    from serving.mcp_server.server import start
+    from training.spec.model import load_spec
+
+    store = load_spec(Path(planned["spec_path"])).tools.store
+    assert store is not None  # the spec refuses replay without a store
+    config = ServerConfig(mode="replay", store=Path(store), port=0, workers=1)
+    with start(config) as server:
+        yield server.url
+
+
+def check_planned_tools(configured_url: str, planned: dict[str, Any]) -> str:
+    """`check_mcp` against the endpoint the run's tools come from (`planned_tools`)."""
+    with planned_tools(planned, configured_url) as url:
+        return check_mcp(url, planned)
 
 
 def check_mcp(url: str, planned: dict[str, Any] | None = None) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from training.parsing import (
     CallFormat,
     ToolRegistry,
-    catalog_registry,
+    active_registry,
     parse_tool_calls,
     split_transcript,
 )
@@ -60,7 +60,7 @@ def format_drift(
     registry: ToolRegistry | None = None,
 ) -> DriftReport:
     """The malformed-call rate of a batch of rollouts and its breakdown by error kind."""
-    registry = registry or catalog_registry()
+    registry = registry or active_registry()
     kinds: Counter[str] = Counter()
     count = calls = malformed = bad_rollouts = 0
     for text in rollouts:

@@ -34,7 +34,7 @@ from training.parsing import (
     SYNTAX_KINDS,
     ParsedCall,
     ToolRegistry,
-    catalog_registry,
+    active_registry,
     parse_tool_calls,
     split_transcript,
     visible_text,
@@ -488,7 +488,7 @@ def score_rollout(
 ) -> RewardBreakdown:
     """Score one rollout (the whole multi-turn response as verl decodes it)."""
     config = config or DEFAULT_CONFIG
-    registry = registry or catalog_registry()
+    registry = registry or active_registry()
     truth = load_truth(ground_truth, registry)
     if not truth.valid:
         return RewardBreakdown(
@@ -505,7 +505,7 @@ def score_dict(
     """`score_rollout(...).as_dict()` without building the breakdown (verl's entry point
     only needs the dict; same keys, same values)."""
     config = config or DEFAULT_CONFIG
-    registry = catalog_registry()
+    registry = active_registry()
     truth = load_truth(ground_truth, registry)
     if not truth.valid:
         return score_rollout(solution_str, ground_truth, config, registry).as_dict()

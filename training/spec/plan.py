@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import shlex
 import tempfile
@@ -50,15 +51,33 @@ class Plan:
         return " \\\n    ".join([ENTRYPOINT, *(shlex.quote(o) for o in self.overrides)])
 
 
-def write_catalog_tool_config(out: Path, url: str, timeout_s: float, concurrency: int) -> Path:
-    """verl's tool-config YAML for the MCP bridge, generated from the catalog (offline)."""
-    from serving.tools import get_catalog
+def write_catalog_tool_config(
+    out: Path, url: str, timeout_s: float, concurrency: int, snapshot: Path | None = None
+) -> Path:
+    """verl's tool-config YAML for the MCP bridge, generated offline: from the dataset's
+    tool snapshot (a pack dataset's `tools.json`: the tools its replay serves), else from
+    the built-in catalog."""
     from training.verl_bridge.tool_config import build_tool_config, render_yaml
 
-    tools = [s["function"] for s in get_catalog().openai_schemas()]
+    if snapshot is not None:
+        listed = json.loads(snapshot.read_text(encoding="utf-8"))
+        tools = [
+            {
+                "name": t["name"],
+                "description": t.get("description", ""),
+                "parameters": t["inputSchema"],
+            }
+            for t in listed
+        ]
+        source = f"the tool snapshot {snapshot.name}"
+    else:
+        from serving.tools import get_catalog
+
+        tools = [s["function"] for s in get_catalog().openai_schemas()]
+        source = "the tool catalog"
     document, report = build_tool_config(tools, url, timeout_s, concurrency)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_yaml(document, report, "the tool catalog"), encoding="utf-8")
+    out.write_text(render_yaml(document, report, source), encoding="utf-8")
     return out
 
 
@@ -255,11 +274,14 @@ def plan(spec: TrainingSpec, workdir: Path | None = None) -> Plan:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="toolrl-plan-"))
     spec_hash = spec.spec_hash()
     spec = _local_model_spec(spec)
+    from training.data.packs.truth import tool_snapshot_path
+
     tool_config = write_catalog_tool_config(
         workdir / "tool_config.yaml",
         spec.tools.server_url,
         spec.tools.timeout_s,
         spec.tools.max_concurrency,
+        tool_snapshot_path(Path(spec.data.train_files[0])),
     )
     overrides = build_overrides(spec, str(tool_config))
     _refuse_ignored_keys(overrides)

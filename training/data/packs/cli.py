@@ -17,7 +17,6 @@ import typer
 if TYPE_CHECKING:
     from training.data.packs.loader import LoadedPack
 
-BUILTIN_DIR = Path(__file__).with_name("builtin")
 
 SourcesOption = Annotated[
     Path | None,
@@ -32,16 +31,11 @@ PackArgument = Annotated[
 ]
 
 
-def builtin_packs() -> dict[str, Path]:
-    return {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
-
-
 def resolve_pack(text: str) -> Path:
-    """A path as given, else a shipped pack's name."""
-    path = Path(text)
-    if path.exists() or text not in builtin_packs():
-        return path
-    return builtin_packs()[text]
+    """A path as given, else a shipped pack's name (`training.data.packs.loader`)."""
+    from training.data.packs.loader import resolve_pack as resolve
+
+    return resolve(text)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:

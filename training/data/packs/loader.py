@@ -20,9 +20,24 @@ from pydantic import ValidationError
 
 from training.data.packs.model import PackSpec
 
+BUILTIN_DIR = Path(__file__).with_name("builtin")
 MAX_PACK_BYTES = 1024 * 1024
 MAX_DEPTH = 32
 MAX_NODES = 100_000
+
+
+def builtin_packs() -> dict[str, Path]:
+    """The packs that ship with the project, by name (`time`, `memory`)."""
+    return {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
+
+
+def resolve_pack(text: str) -> Path:
+    """A path as given, else a shipped pack's name (the CLI and `PipelineConfig.pack` accept
+    both)."""
+    path = Path(text)
+    if path.exists() or text not in builtin_packs():
+        return path
+    return builtin_packs()[text]
 
 
 class PackError(ValueError):

@@ -20,6 +20,35 @@ from serving.mcp_client.call_store import CallStore
 from training.data.packs.check import schema_problems, validator_for
 from training.data.packs.results import result_object
 from training.data.schema import GroundTruth
+from training.parsing.registry import ToolRegistry, registry_from_file
+
+
+def tool_snapshot_path(dataset_dir: Path) -> Path | None:
+    """The tool snapshot (`tools.json`) of a pack dataset, None for a built-in one.
+
+    Training and evaluation judge calls by it (`training.parsing.using_registry`): the
+    built-in catalog does not know a third-party server's tools, and the snapshot is the
+    schemas the rows were generated and validated against. A parquet file's folder works
+    as well as the dataset folder."""
+    folder = dataset_dir if dataset_dir.is_dir() else dataset_dir.parent
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    generator = manifest.get("generator") if isinstance(manifest, dict) else None
+    if not isinstance(generator, dict) or generator.get("kind") != "pack":
+        return None
+    path = folder / str(manifest.get("tools_file") or "tools.json")
+    if not path.is_file():
+        raise PackTruthError(f"pack dataset {folder} has no tool snapshot {path.name}")
+    return path
+
+
+def dataset_registry(data_file: Path) -> ToolRegistry | None:
+    """The registry to judge a pack dataset's calls by (None: a built-in dataset keeps the
+    catalog's, with its semantic validators)."""
+    path = tool_snapshot_path(data_file)
+    return registry_from_file(path) if path is not None else None
 
 
 class PackTruthError(ValueError):
