@@ -1,0 +1,153 @@
+"""The retraining loop on a task pack, at small scale, through the stages the DAGs wire:
+the time pack's dataset generated against the real `mcp-server-time` (stdio) and validated
+with the project's suite, then the tiny model trained on CPU against the project's MCP server
+in replay mode over that dataset's store, evaluated on the held-out split (replay again),
+gated and registered with the tool mode and the store digest as lineage tags.
+
+The proof that training and evaluation never touch the user's server: the server is started
+through a wrapper that appends a line to a log every time a process of it starts (a stdio
+server starts with every client that reaches it), and that log does not grow after
+generation. The proof that they do reach the replay: the training report names the embedded
+server's mode and digest and the tools it listed, and an oracle model (a scripted server
+answering each case with its recorded calls) scores every case exactly through it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from testkit.pipeline_specs import lenient_thresholds, tiny_spec
+from training.pipeline.config import PipelineConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+WRAPPER = """import runpy, sys
+with open(sys.argv[1], "a", encoding="utf-8") as log:
+    log.write("started\\n")
+sys.argv = ["mcp-server-time"]
+runpy.run_module("mcp_server_time", run_name="__main__")
+"""
+
+
+def _live_server_sources(root: Path) -> tuple[Path, Path]:
+    """Sources with the pack's server `time`, started through the counting wrapper."""
+    wrapper, log = root / "time_server.py", root / "time_server.starts"
+    wrapper.write_text(WRAPPER, encoding="utf-8")
+    sources = root / "sources.yaml"
+    sources.write_text(
+        yaml.safe_dump(
+            {"servers": {"time": {"command": sys.executable, "args": [str(wrapper), str(log)]}}}
+        ),
+        encoding="utf-8",
+    )
+    return sources, log
+
+
+def _starts(log: Path) -> int:
+    return len(log.read_text(encoding="utf-8").splitlines()) if log.is_file() else 0
+
+
+def test_the_loop_runs_on_the_time_pack_against_its_replay(
+    tmp_path: Path, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training.cpu_backend.run import run_local
+    from training.evaluation.report import load_report
+    from training.evaluation.runner import EvalConfig, evaluate
+    from training.evaluation.scripted import oracle_script, serve_in_thread, truths_from_parquet
+    from training.pipeline.dataset_stage import generate_stage, publish_stage, validate_stage
+    from training.pipeline.gate_stage import (
+        evaluate_candidate_and_champion,
+        gate_candidate,
+        register_candidate_version,
+    )
+    from training.pipeline.retraining_stage import (
+        check_planned_tools,
+        planned_tools,
+        prepare_spec,
+    )
+    from training.registry.registry import resolve
+    from training.spec.model import load_spec
+
+    monkeypatch.setenv("TOOLRL_MODEL_NAME", "toolrl-pack-test")
+    sources, starts_log = _live_server_sources(tmp_path)
+    config = PipelineConfig(
+        pack="time",
+        pack_sources=str(sources),
+        dataset_rows=120,
+        data_root=str(tmp_path / "datasets"),
+        workdir=str(tmp_path / "pipeline"),
+    )
+
+    generated = generate_stage(config, "run-1")
+    assert generated["pack"] == "time"
+    validate_stage(config, generated["staging_dir"])
+    published = publish_stage(config, generated["staging_dir"], generated["dataset_version"])
+    dataset_dir = Path(published["dataset_dir"])
+    manifest = json.loads((dataset_dir / "manifest.json").read_text())
+    digest = manifest["call_store"]["digest"]
+    assert generated["call_store_digest"] == digest
+    live_starts = _starts(starts_log)
+    assert live_starts >= 1  # generation ran the real server
+
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(tiny_spec("pack-tiny")))  # says tools.mode mock
+    planned = prepare_spec(config, str(spec_file), published, "run-1", validate_with_verl=False)
+    assert planned["tool_mode"] == "replay"  # a pack dataset trains against its replay
+    assert planned["tool_store_digest"] == digest
+    spec = load_spec(Path(planned["spec_path"]))
+    assert spec.tools.store == str((dataset_dir / "calls.sqlite").resolve())
+    # the configured server is unreachable on purpose: replay checks its own server
+    check_planned_tools("http://127.0.0.1:9/mcp", planned)
+
+    result = run_local(spec, Path(planned["workdir"]) / "jobs")
+    assert result["status"] == "succeeded", result
+    report = json.loads((Path(planned["workdir"]) / "jobs" / "cpu_report.json").read_text())
+    assert report["tools"]["server"] == "embedded"
+    assert report["tools"]["mode"] == "replay"
+    assert report["tools"]["store_digest"] == digest
+    assert report["tools"]["listed"] == ["convert_time", "get_current_time"]
+
+    thresholds = tmp_path / "lenient.yaml"
+    thresholds.write_text(yaml.safe_dump(lenient_thresholds()))
+    evaluated = evaluate_candidate_and_champion(
+        planned, result, "http://127.0.0.1:9/mcp", mlflow_server, limit=4
+    )
+    candidate = load_report(Path(evaluated["candidate_report"]))
+    assert candidate.cases_total == 4
+    decision = gate_candidate(evaluated, result, str(thresholds))
+    assert decision["decision"] == "promote", decision
+    registered = register_candidate_version(mlflow_server, planned, result, evaluated, "run-1")
+    info = resolve(mlflow_server, f"models:/{registered['name']}/{registered['version']}")
+    tags: dict[str, Any] = info.tags
+    assert tags["toolrl.tool_mode"] == "replay"
+    assert tags["toolrl.tool_store_digest"] == digest
+    assert tags["toolrl.dataset_version"] == dataset_dir.name
+
+    # an oracle through the same replay scores every held-out tool case exactly, judged by
+    # the dataset's tool snapshot (the built-in catalog has no convert_time)
+    test_file = dataset_dir / "test.parquet"
+    with (
+        planned_tools(planned, "http://127.0.0.1:9/mcp") as tools_url,
+        serve_in_thread(oracle_script(truths_from_parquet(test_file))) as upstream,
+    ):
+        oracle = evaluate(
+            EvalConfig(
+                endpoint=upstream,
+                model="oracle",
+                data=test_file,
+                out=tmp_path / "oracle.json",
+                mcp_url=tools_url,
+                max_turns=4,
+            ),
+            progress=False,
+        )
+    overall = oracle.metrics["overall"]
+    assert overall["tool_selection_accuracy"] == 1.0, overall
+    assert overall["exact_call_accuracy"] == 1.0, overall
+
+    assert _starts(starts_log) == live_starts  # training and evaluation never started it
