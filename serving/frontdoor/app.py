@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import time
 import uuid
 
 from aiohttp import web
@@ -65,6 +66,7 @@ def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Applicat
         return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), key)
 
     async def chat(request: web.Request) -> web.StreamResponse:
+        received_at = time.perf_counter()
         if not authorised(request):
             return error_response(401, "missing or wrong bearer key", "authentication_error")
         try:
@@ -96,6 +98,7 @@ def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Applicat
                 chat_request,
                 session=f"frontdoor-{uuid.uuid4().hex[:16]}",
                 deadline_s=config.request_timeout_s,
+                received_at=received_at,
             )
             if chat_request.stream:
                 return await stream_episode(request, episode, config.model_name, upstream.version)
@@ -108,7 +111,8 @@ def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Applicat
             slots.release()
         if trajectory.error is not None:
             return error_response(502, f"upstream failure: {trajectory.error}", "upstream_error")
-        return web.json_response(completion_body(trajectory, config.model_name, upstream.version))
+        body = completion_body(trajectory, config.model_name, upstream.version, received_at)
+        return web.json_response(body)
 
     async def models(request: web.Request) -> web.Response:
         if not authorised(request):

@@ -33,8 +33,11 @@ def client_tool_calls(trajectory: Trajectory) -> list[dict[str, Any]]:
     ]
 
 
-def trace(trajectory: Trajectory, version: str) -> dict[str, Any]:
-    """The `toolrl` extension: which model version answered and what ran server-side."""
+def trace(trajectory: Trajectory, version: str, received_at: float | None = None) -> dict[str, Any]:
+    """The `toolrl` extension: which model version answered and what ran server-side.
+    `received_at` (perf_counter when the request arrived) adds `door_s`, the time the
+    request has spent in the front door so far, so a client can tell the front door's own
+    cost (`door_s - episode_s`) from the network's and its own (`its latency - door_s`)."""
     client_ids = {call.id for call in trajectory.client_calls}
     return {
         "model_version": version,
@@ -44,6 +47,7 @@ def trace(trajectory: Trajectory, version: str) -> dict[str, Any]:
             "episode_s": round(trajectory.latency_s, 4),
             "model_s": round(trajectory.model_s, 4),
             "tools_s": round(trajectory.tools_s, 4),
+            **({"door_s": round(time.perf_counter() - received_at, 4)} if received_at else {}),
         },
         "tool_calls": [
             {
@@ -66,7 +70,9 @@ def usage(trajectory: Trajectory) -> dict[str, int]:
     }
 
 
-def completion_body(trajectory: Trajectory, model: str, version: str) -> dict[str, Any]:
+def completion_body(
+    trajectory: Trajectory, model: str, version: str, received_at: float | None = None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": trajectory.final_answer}
     if trajectory.client_calls:
         message["tool_calls"] = client_tool_calls(trajectory)
@@ -78,5 +84,5 @@ def completion_body(trajectory: Trajectory, model: str, version: str) -> dict[st
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(trajectory)}],
         "usage": usage(trajectory),
-        "toolrl": trace(trajectory, version),
+        "toolrl": trace(trajectory, version, received_at),
     }

@@ -41,13 +41,22 @@ KEEPALIVE_S = 15.0
 class Episode:
     """One request's agent run, with the events it reports while running."""
 
-    def __init__(self, agent: Agent, request: ChatRequest, session: str, deadline_s: float):
+    def __init__(
+        self,
+        agent: Agent,
+        request: ChatRequest,
+        session: str,
+        deadline_s: float,
+        received_at: float | None = None,
+    ):
         self.agent, self.request, self.session, self.deadline_s = (
             agent,
             request,
             session,
             deadline_s,
         )
+        self.received_at = received_at or time.perf_counter()
+        """When the front door got the request (for the trace's `door_s`)."""
         self.events: asyncio.Queue[AgentEvent] = asyncio.Queue()
         self.options = EpisodeOptions(
             sampling=request.sampling,
@@ -106,7 +115,9 @@ def _unsent(trajectory: Trajectory) -> str:
     return answer[len(sent) :] if answer.startswith(sent) else ""
 
 
-async def _finish(trajectory: Trajectory, out: ChunkWriter, version: str, with_usage: bool) -> None:
+async def _finish(
+    trajectory: Trajectory, out: ChunkWriter, version: str, with_usage: bool, received_at: float
+) -> None:
     if trajectory.error is not None:
         await out.error(502, f"upstream failure: {trajectory.error}", "upstream_error")
         return
@@ -120,7 +131,7 @@ async def _finish(trajectory: Trajectory, out: ChunkWriter, version: str, with_u
         ]
     if delta:
         await out.delta(delta)
-    await out.delta({}, finish_reason(trajectory), toolrl=trace(trajectory, version))
+    await out.delta({}, finish_reason(trajectory), toolrl=trace(trajectory, version, received_at))
     if with_usage:
         await out.chunk([], usage=usage(trajectory))
 
@@ -139,7 +150,9 @@ async def stream_episode(
         except TimeoutError:
             await out.error(504, "the agent did not finish in time", "timeout")
         else:
-            await _finish(trajectory, out, version, episode.request.include_usage)
+            await _finish(
+                trajectory, out, version, episode.request.include_usage, episode.received_at
+            )
         await out.done()
     except ClientGoneError:
         pass  # nobody is listening; the finally below stops the work
