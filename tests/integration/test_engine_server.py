@@ -374,6 +374,7 @@ def test_a_reload_halves_both_engines_threads_while_they_overlap(tmp_path: Path)
 
     async def launch() -> Upstream:
         new.append(await asyncio.to_thread(engine))
+
         async def keep() -> None:
             return None
 
