@@ -74,7 +74,7 @@ def register_cli(tools_app: typer.Typer) -> None:
     pack_app = typer.Typer(
         help="Task packs: the tasks for one MCP server as YAML (intents, phrasings, slots, "
         "expected calls and chains). Write one with `init`, check it with `validate`, turn it "
-        "into a dataset with `generate`.",
+        "into a dataset with `generate` (plus LLM-proposed tasks: `synthesize`).",
         no_args_is_help=True,
     )
     tools_app.add_typer(pack_app, name="pack")
@@ -221,6 +221,86 @@ def register_cli(tools_app: typer.Typer) -> None:
             concurrency,
             quiet,
         )
+
+    @pack_app.command("synthesize")
+    def synthesize(
+        pack: PackArgument,
+        out: Annotated[Path, typer.Option("--out", help="Output directory (created if missing).")],
+        llm_url: Annotated[
+            str,
+            typer.Option("--llm-url", help="OpenAI-compatible base URL, e.g. http://host:8000/v1."),
+        ],
+        llm_model: Annotated[str, typer.Option("--llm-model", help="Model name to ask.")],
+        proposals: Annotated[
+            int, typer.Option("--proposals", help="Tasks to ask the LLM for.")
+        ] = 20,
+        per_request: Annotated[int, typer.Option(help="Tasks asked per request.")] = 4,
+        api_key_env: Annotated[
+            str | None,
+            typer.Option(help="Environment variable holding the endpoint's bearer token."),
+        ] = None,
+        sources_file: SourcesOption = None,
+        n: Annotated[int, typer.Option(help="Planned template rows, as in `generate`.")] = 2_000,
+        seed: Annotated[int, typer.Option(help="Random seed of the template rows.")] = 0,
+        test_fraction: Annotated[float, typer.Option(help="Share of template rows in test.")] = 0.1,
+        timeout_s: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 60.0,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+    ) -> None:
+        """Generate a pack's dataset, plus train tasks proposed by an LLM.
+
+        The pack's rows as `generate` writes them, then --proposals tasks asked
+        from the endpoint (shown the tool schemas and a few executed calls).
+        A proposal is kept only if it parses into a query with calls to real
+        tools whose arguments fit the inputSchema, its calls run on the server
+        without a tool error (recorded in the call store), and its row passes
+        the dataset suite. Kept tasks go to train only (template ids `llm-...`);
+        the acceptance report is printed and written to manifest.synthesis.
+        """
+        import os
+
+        from serving.mcp_client.base import McpClientError
+        from training.data.generate import GenerationError
+        from training.data.packs.loader import PackError
+        from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
+
+        loaded = _load(pack)
+        api_key = os.environ.get(api_key_env) if api_key_env else None
+        try:
+            llm = SynthesisConfig(
+                url=llm_url,
+                model=llm_model,
+                api_key=api_key,
+                proposals=proposals,
+                per_request=per_request,
+                timeout_s=timeout_s,
+            )
+            dataset = synthesize_from_sources(
+                loaded,
+                out,
+                llm,
+                sources_file,
+                n=n,
+                seed=seed,
+                test_fraction=test_fraction,
+                progress=not quiet,
+            )
+        except PackError as exc:
+            raise _fail("pack invalid:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+        except (GenerationError, McpClientError, OSError, ValueError) as exc:
+            raise _fail(f"synthesis failed: {exc}") from exc
+        manifest = dataset.manifest
+        report = manifest["synthesis"]
+        typer.echo(
+            f"dataset {manifest['dataset_version']}: {manifest['rows']} rows "
+            f"({manifest['splits']}) -> {out}"
+        )
+        typer.echo(
+            f"synthesis: {report['proposed']} proposed, {report['accepted']} accepted "
+            f"({report['rate']:.0%}), rejected {json.dumps(report['rejected'])}"
+        )
+        for example in report["examples"][:5]:
+            typer.echo(f"  e.g. {example}")
+        typer.echo(f"next: toolrl data validate {out}")
 
 
 def run_pack_generation(
