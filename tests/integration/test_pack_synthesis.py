@@ -183,6 +183,8 @@ def test_scripted_stand_in_for_a_hosted_llm_counts_every_rejection_by_reason(
     assert report["accepted"] == 4
     assert report["rejected"] == EXPECTED_REJECTED
     assert report["rate"] == round(4 / 13, 4)
+    # Lisbon (shared by three proposals), Lisbon->Denver, Vienna, Manila, Mars: once each
+    assert report["calls_sent"] == 5
     assert "13 proposed, 4 accepted (31%)" in output
     # JSON output was requested, and the prompt carried the schemas and executed calls
     prompt = received[0]["messages"][0]["content"]
@@ -269,3 +271,41 @@ def test_reply_parsing_refuses_hostile_shapes_without_crashing() -> None:
         with pytest.raises(ProposalError) as caught:
             reply_tasks(content, config.model_copy(update={"max_reply_chars": 50_000}))
         assert caught.value.reason == reason, content[:20]
+
+
+def test_a_real_tiny_random_model_as_the_endpoint_is_rejected_with_counted_reasons(
+    tmp_path: Path,
+) -> None:
+    """The project's own CPU engine server with the tiny random model: its proposals are
+    garbage, so everything is rejected, each with a counted reason, and nothing crashes."""
+    from serving.launch.commands import BackendConfig
+    from serving.launch.process import ModelServer
+    from training.data.packs.loader import load_pack, resolve_pack
+    from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
+    from training.demo.services import free_port
+    from training.model.tiny import TinyModelConfig, build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", TinyModelConfig(hidden_size=64, num_layers=2))
+    config = BackendConfig(
+        backend="cpu", model_dir=model, port=free_port(), dtype="float32", nice=3
+    )
+    server = ModelServer(config, tmp_path / "logs").start(timeout_s=120)
+    try:
+        sources = tmp_path / "sources.yaml"
+        command, *args = TIME_SERVER_COMMAND
+        sources.write_text(
+            yaml.safe_dump({"servers": {"time": {"command": command, "args": args}}})
+        )
+        llm = SynthesisConfig(
+            url=server.base_url, model="toolrl", proposals=3, per_request=1, max_tokens=48
+        )
+        dataset = synthesize_from_sources(
+            load_pack(resolve_pack("time")), tmp_path / "d", llm, sources, n=60, progress=False
+        )
+    finally:
+        server.stop()
+    report = dataset.manifest["synthesis"]
+    assert report["proposed"] == 3 and report["accepted"] == 0
+    assert sum(report["rejected"].values()) == 3, report
+    assert dataset.manifest["rows"] == 60
+    assert validate_dataset(tmp_path / "d", FAST).success

@@ -139,6 +139,8 @@ class SynthesisReport:
     """What happened to the proposals: the manifest's `synthesis` block."""
 
     requests: int = 0
+    calls_sent: int = 0
+    """Calls of the proposals sent to the server (the rest were answered from the store)."""
     proposed: int = 0
     accepted: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
@@ -156,6 +158,7 @@ class SynthesisReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
+            "calls_sent": self.calls_sent,
             "proposed": self.proposed,
             "accepted": self.accepted,
             "rate": round(self.rate, 4),
@@ -670,6 +673,7 @@ async def synthesize_pack_dataset(
             client, pack.server, tools, store, stateful=pack.stateful, concurrency=concurrency
         )
         candidates = await execute_candidates(items, executor, loaded, tools, report)
+        report.calls_sent = executor.stats.sent
         base_rows = dataset.rows
         kwargs = dict(base_rows[0]["extra_info"]["tools_kwargs"]) if base_rows else {}
         for candidate in candidates:
