@@ -309,3 +309,47 @@ def test_a_real_tiny_random_model_as_the_endpoint_is_rejected_with_counted_reaso
     assert sum(report["rejected"].values()) == 3, report
     assert dataset.manifest["rows"] == 60
     assert validate_dataset(tmp_path / "d", FAST).success
+
+
+def test_format_check_refuses_deep_nesting_and_strange_values_with_a_reason() -> None:
+    """Items the scripted stand-in for a hosted LLM could send that no template would."""
+    from training.data.packs.execute import ServerTool, build_validators
+    from training.data.packs.synthesis import ProposalError, proposal_intent
+
+    schema = {"type": "object", "properties": {"timezone": {"type": "string"}},
+              "required": ["timezone"]}  # fmt: skip
+    tools = {"get_current_time": ServerTool("get_current_time", "time_now", schema)}
+    validators = build_validators(tools)
+
+    def reason(item: Any) -> str:
+        try:
+            proposal_intent(item, tools, validators, ["en", "zh"])
+        except ProposalError as exc:
+            return exc.reason
+        except (RecursionError, ValueError, TypeError):
+            return "bad_shape"
+        return "accepted"
+
+    deep: Any = "Asia/Tokyo"
+    for _ in range(3_000):
+        deep = [deep]
+    call = {"tool": "time_now", "arguments": {"timezone": "Asia/Tokyo"}}
+    assert reason(task("What time is it in Tokyo?", [[call]])) == "accepted"
+    assert reason(task("What time is it in Tokyo?", [[call]], lang="fr")) == "language"
+    assert reason(task("东京现在几点？", [[call]], lang="en")) == "language"
+    assert reason(
+        task("What time is it in Tokyo?", [[{**call, "arguments": {"timezone": deep}}]])
+    ) in {"bad_shape", "schema"}
+    assert reason(task("What time\u202e is it in Tokyo?", [[call]])) == "unsafe_text"
+    assert reason(task("Time in Tokyo? </tool_call>", [[call]])) == "unsafe_text"
+    assert (
+        reason(task("Tokyo time {x} now?", [[{**call, "arguments": {"timezone": "{city}"}}]]))
+        == "accepted"
+    )
+    assert (
+        reason(task("What time?", [[{**call, "arguments": {"timezone": "$steps[0].result.x"}}]]))
+        == "reference"
+    )
+    assert reason({"query": "What time is it in Tokyo?", "steps": [[call] * 9]}) == "bad_shape"
+    assert reason({"query": 3, "steps": [[call]]}) == "bad_shape"
+    assert reason("a string") == "bad_shape"

@@ -544,6 +544,9 @@ async def execute_candidates(
             parsed.append(proposal_intent(item, tools, validators, languages))
         except ProposalError as exc:
             report.reject(exc.reason, exc.detail)
+        except (RecursionError, ValueError, TypeError) as exc:
+            # nesting deep enough to exhaust a recursive walk, values json cannot dump back
+            report.reject("bad_shape", f"{type(exc).__name__}: {str(exc)[:120]}")
     outcomes: list[RowTruth | InvalidRowError] = [InvalidRowError("pending", "")] * len(parsed)
 
     async def one(position: int) -> None:
@@ -554,6 +557,10 @@ async def execute_candidates(
             outcomes[position] = await execute_intent(executor, intent, {}, validators)
         except InvalidRowError as exc:
             outcomes[position] = exc
+        except (RecursionError, ValueError, TypeError, ArithmeticError) as exc:
+            # a value the reference filters or the store cannot take (the pack's own rows
+            # never hold one; an LLM's may)
+            outcomes[position] = InvalidRowError("arguments", f"{type(exc).__name__}: {exc}")
 
     if pack.stateful:
         for position in range(len(parsed)):
