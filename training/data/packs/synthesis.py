@@ -147,9 +147,12 @@ class SynthesisReport:
     examples: list[str] = field(default_factory=list)
 
     def reject(self, reason: str, detail: str = "") -> None:
+        """Count one rejection; keep a few examples, with anything unprintable escaped (an
+        example is the endpoint's text, and the CLI prints it to a terminal)."""
         self.rejected[reason] += 1
         if len(self.examples) < 8:
-            self.examples.append(f"{reason}: {detail}"[:240])
+            text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in detail[:240])
+            self.examples.append(f"{reason}: {text}"[:240])
 
     @property
     def rate(self) -> float:
