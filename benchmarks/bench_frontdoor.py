@@ -267,61 +267,105 @@ def instant_upstream_phase(
     return summary
 
 
-def auth_side_by_side(args: argparse.Namespace) -> None:
-    """Two front doors over one instant scripted model server, one open and one requiring
-    its API key, driven in interleaved rounds: what the key check costs per request."""
-    import secrets
-
+def _instant_doors(
+    stack: Any, args: argparse.Namespace, doors: dict[str, dict[str, str]], logs: Path
+) -> tuple[str, dict[str, int], dict[str, int]]:
+    """The real MCP server, the instant scripted model server and one `toolrl frontdoor`
+    per entry of `doors` (name -> extra env) over it; returns the question, the ports and
+    each door's pid."""
     import pandas as pd
 
     from training.demo.run import BIN, mcp_service
-    from training.demo.services import ManagedService, free_port, service_stack
+    from training.demo.services import ManagedService, free_port
 
     tests = sorted((args.workdir / "datasets").glob("*/test.parquet"))
     if not tests:
         raise SystemExit(f"no dataset under {args.workdir / 'datasets'}: run `make demo` first")
     rows = pd.read_parquet(tests[-1])
     question = str(rows[rows["category"] == "single"].iloc[0]["query"])
-    key = secrets.token_hex(32)
-    ports = {k: free_port() for k in ("mcp", "scripted", "open", "keyed")}
+    ports = {k: free_port() for k in ("mcp", "scripted", *doors)}
     env = {
         "TOOLRL_MCP_URL": f"http://127.0.0.1:{ports['mcp']}/mcp",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
+    stack.start(mcp_service("real", ports["mcp"], logs / "mcp.log", env))
+    stack.start(
+        ManagedService(
+            "scripted model server (instant)",
+            [*SCRIPTED, "--data", str(tests[-1]), "--port", str(ports["scripted"])],
+            f"http://127.0.0.1:{ports['scripted']}/health",
+            logs / "scripted.log",
+            env,
+        )
+    )
+    upstream = f"http://127.0.0.1:{ports['scripted']}/v1"
+    pids: dict[str, int] = {}
+    for name, extra in doors.items():
+        command = [str(BIN / "toolrl"), "frontdoor", "--upstream", upstream, "--model"]
+        command += ["scripted", "--port", str(ports[name])]
+        door = stack.start(
+            ManagedService(
+                f"toolrl frontdoor ({name})",
+                command,
+                f"http://127.0.0.1:{ports[name]}/health",
+                logs / f"frontdoor-{name}.log",
+                {**env, **extra},
+            )
+        )
+        assert door.process is not None
+        pids[name] = door.process.pid
+    return question, ports, pids
+
+
+def concurrency_sweep(args: argparse.Namespace) -> None:
+    """One front door over the instant scripted model, at 1, 8 and 32 clients: where its
+    own cost (timed inside it, and its CPU per request) ends and queueing for two shared
+    cores begins (results/frontdoor_sweep.json)."""
+    from training.demo.services import service_stack
+
+    scratch = Path(tempfile.mkdtemp(prefix="toolrl-bench-frontdoor-sweep-"))
+    report: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "seconds_per_level": args.seconds,
+        "levels": {},
+    }
+    with service_stack() as stack:
+        question, ports, pids = _instant_doors(stack, args, {"door": {}}, scratch / "logs")
+        pid = pids["door"]
+        for clients in (1, 8, 32):
+            before = cpu_seconds(pid)
+            load, wall = asyncio.run(
+                run_load(
+                    f"http://127.0.0.1:{ports['door']}/v1",
+                    "scripted",
+                    clients,
+                    args.seconds,
+                    question=question,
+                )
+            )
+            summary = priced(summarise(load, wall), cpu_seconds(pid) - before)
+            report["levels"][str(clients)] = summary
+            print(f"{clients:3d} clients {json.dumps(summary)}", flush=True)
+    out = args.out.with_name("frontdoor_sweep.json") if args.out == RESULTS else args.out
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def auth_side_by_side(args: argparse.Namespace) -> None:
+    """Two front doors over one instant scripted model server, one open and one requiring
+    its API key, driven in interleaved rounds: what the key check costs per request."""
+    import secrets
+
+    from training.demo.services import service_stack
+
+    key = secrets.token_hex(32)
     scratch = Path(tempfile.mkdtemp(prefix="toolrl-bench-frontdoor-auth-"))
     logs = scratch / "logs"
     rounds: dict[str, list[dict[str, Any]]] = {"no_key": [], "api_key": []}
     with service_stack() as stack:
-        stack.start(mcp_service("real", ports["mcp"], logs / "mcp.log", env))
-        stack.start(
-            ManagedService(
-                "scripted model server (instant)",
-                [*SCRIPTED, "--data", str(tests[-1]), "--port", str(ports["scripted"])],
-                f"http://127.0.0.1:{ports['scripted']}/health",
-                logs / "scripted.log",
-                env,
-            )
-        )
-        for name, extra in (("open", {}), ("keyed", {"TOOLRL_FRONTDOOR_API_KEY": key})):
-            door = ports[name]
-            stack.start(
-                ManagedService(
-                    f"toolrl frontdoor ({name})",
-                    [
-                        str(BIN / "toolrl"),
-                        "frontdoor",
-                        "--upstream",
-                        f"http://127.0.0.1:{ports['scripted']}/v1",
-                        "--model",
-                        "scripted",
-                        "--port",
-                        str(door),
-                    ],
-                    f"http://127.0.0.1:{door}/health",
-                    logs / f"frontdoor-{name}.log",
-                    {**env, **extra},
-                )
-            )
+        doors = {"open": {}, "keyed": {"TOOLRL_FRONTDOOR_API_KEY": key}}
+        question, ports, _ = _instant_doors(stack, args, doors, logs)
         for r in range(args.rounds):
             for label, port, api_key in (
                 ("no_key", ports["open"], None),
@@ -387,9 +431,18 @@ def main() -> None:
         "scripted model, interleaved rounds of --seconds each (results/frontdoor_auth.json).",
     )
     parser.add_argument("--rounds", type=int, default=3, help="Rounds per door with --auth.")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="Only the front door's own cost: one door over the instant scripted model at "
+        "1, 8 and 32 clients, --seconds each (results/frontdoor_sweep.json).",
+    )
     args = parser.parse_args()
     if args.auth:
         auth_side_by_side(args)
+        return
+    if args.sweep:
+        concurrency_sweep(args)
         return
 
     from training.demo.run import BIN, MODEL_NAME, mcp_service, mlflow_service
