@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import os
 import platform
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,12 +94,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--training", type=Path, help="cpu_report.json of the training run.")
     parser.add_argument("--max-turns", type=int, default=4, help="As the spec's rollout.max_turns.")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--note", default="", help="What was measured, if not the plan.")
+    parser.add_argument(
+        "--eval-out",
+        type=Path,
+        help="With --model: where the eval report and its journal go (default: a temp dir).",
+    )
     args = parser.parse_args(argv)
     if (args.report is None) == (args.model is None):
         parser.error("give exactly one of --report or --model")
-    report = args.report or evaluate_here(
-        args.model, args.data, args.out.with_name("time_pack_eval.json"), args.max_turns
-    )
+    eval_out = args.eval_out or Path(tempfile.mkdtemp(prefix="time-pack-eval-")) / "eval.json"
+    report = args.report or evaluate_here(args.model, args.data, eval_out, args.max_turns)
     cases = read_cases(report)
     manifest = json.loads((args.data / "manifest.json").read_text(encoding="utf-8"))
     overall = figures(cases)
@@ -117,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "call_store_digest": manifest["call_store"]["digest"],
         },
         "model": str(args.model or ""),
+        "note": args.note,
         "eval_report": str(report),
         "tools": "replay of the dataset's call store (the live server is not called)",
         "overall": overall,
