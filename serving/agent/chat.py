@@ -243,8 +243,10 @@ class ChatClient:
                                 on_delta(piece)
                             if reply.done:
                                 break
-                        if not reply.done:
-                            raise TransportError(f"{url}: the stream ended without [DONE]")
+                        if not reply.complete:
+                            raise TransportError(
+                                f"{url}: the stream ended early (no finish reason, no [DONE])"
+                            )
             except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError, ValueError) as exc:
                 if reply.content:
                     raise TransportError(f"{url}: the stream broke after it began: {exc}") from exc

@@ -37,6 +37,14 @@ class StreamedReply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     done: bool = False
+    """`data: [DONE]` arrived."""
+    finish_reason: str | None = None
+    """The choice's finish reason, once sent. Some servers (`transformers serve`) end a
+    stream after it without `[DONE]`; a stream with neither ended early."""
+
+    @property
+    def complete(self) -> bool:
+        return self.done or self.finish_reason is not None
 
     def add_line(self, line: str) -> str:
         """One SSE line; returns the content it adds ('' for none). Comments, blank lines
@@ -67,9 +75,13 @@ class StreamedReply:
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices:
             return ""
-        delta = choices[0].get("delta") if isinstance(choices[0], Mapping) else None
+        choice = choices[0]
+        delta = choice.get("delta") if isinstance(choice, Mapping) else None
         if not isinstance(delta, Mapping):
             raise TransportError(f"{self.url}: a stream chunk's choice has no delta object")
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self.finish_reason = reason
         for call in _list(delta.get("tool_calls"), self.url):
             self._add_call(call)
         text = delta.get("content")

@@ -120,7 +120,7 @@ def test_a_stream_cut_after_it_began_is_an_error_and_not_retried() -> None:
         return await _sse(request, [_chunk({"content": "Half an ans"})])  # no [DONE]
 
     pieces: list[str] = []
-    with pytest.raises(TransportError, match=r"broke after it began|without \[DONE\]"):
+    with pytest.raises(TransportError, match=r"broke after it began|ended early"):
         _run(handler, lambda chat: _ask(chat, pieces))
     assert pieces == ["Half an ans"] and calls == [1]
 
@@ -176,3 +176,14 @@ def test_comments_blank_lines_and_other_fields_are_skipped() -> None:
     for line in (": ping", "", "event: message", "id: 3", "retry: 10"):
         assert reply.add_line(line) == ""
     assert not reply.done and reply.content == []
+
+
+def test_a_stream_that_ends_after_its_finish_reason_without_done_is_complete() -> None:
+    """`transformers serve` closes the stream after the finish chunk, with no [DONE]."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await _sse(request, [_chunk({"content": "Hi"}), _chunk({}, "stop")])
+
+    pieces: list[str] = []
+    reply = _run(handler, lambda chat: _ask(chat, pieces))
+    assert reply.content == "Hi" and pieces == ["Hi"]
