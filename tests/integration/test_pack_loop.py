@@ -55,6 +55,8 @@ def _starts(log: Path) -> int:
 def test_the_loop_runs_on_the_time_pack_against_its_replay(
     tmp_path: Path, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the training run logs here, never to a server an earlier test left in the env
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     from training.cpu_backend.run import run_local
     from training.evaluation.report import load_report
     from training.evaluation.runner import EvalConfig, evaluate
