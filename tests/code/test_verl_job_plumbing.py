@@ -166,3 +166,17 @@ def test_steps_verl_saved_without_markers_are_named_in_the_result(tmp_path: Path
     for junk in ("", "two", "-"):
         (run / TRACKER).write_text(junk)  # a tracker cut mid-write is no claim
         assert unmarked_steps_message(run, 1) == ""
+
+
+def test_a_job_id_holding_401_is_not_taken_for_an_auth_failure() -> None:
+    """Job ids end in a hash: `...-9d3d4d0401db-a1` once made a missing job look like a 401."""
+    from training.jobs.submit import auth_failure
+
+    missing = RuntimeError(
+        "Request failed with status code 404: Job toolrl-trig-fail-9d3d4d0401db-a1 does not exist."
+    )
+    assert auth_failure(missing, "http://ray:8265") is None
+    refused = auth_failure(RuntimeError("Request failed with status code 401: no"), "http://r")
+    assert refused is not None and "none was sent" in str(refused)
+    wrong = auth_failure(RuntimeError("Request failed with status code 403"), "http://r")
+    assert wrong is not None and "refused the token" in str(wrong)

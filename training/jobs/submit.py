@@ -159,14 +159,21 @@ AUTH_HINT = (
 )
 
 
+_STATUS = re.compile(r"(?:status(?: code)?|HTTP)[ :=]*([1-5]\d\d)\b", re.IGNORECASE)
+"""An HTTP status in an error message, as Ray and aiohttp write it ("status code 401")."""
+
+
 def auth_failure(exc: BaseException, address: str) -> RayAuthError | None:
     """A RayAuthError naming what is wrong when `exc` is Ray's 401/403, else None."""
     text = str(exc)
-    if "Authentication required" in text or "401" in text.split("\n")[0]:
+    # the status as Ray words it, never a bare "401": a job id's hash may contain one
+    status = _STATUS.search(text.split("\n")[0])
+    code = status.group(1) if status else ""
+    if "Authentication required" in text or code == "401":
         return RayAuthError(
             f"the Ray Jobs API at {address} wants a token and none was sent. {AUTH_HINT}"
         )
-    if "Authentication failed" in text or "403" in text.split("\n")[0]:
+    if "Authentication failed" in text or code == "403":
         return RayAuthError(
             f"the Ray Jobs API at {address} refused the token it was sent. {AUTH_HINT}"
         )
@@ -201,7 +208,9 @@ def get_status(client: Any, job_id: str) -> str | None:
         refused = auth_failure(exc, str(getattr(client, "_address", "the cluster")))
         if refused is not None:
             raise refused from None
-        if isinstance(exc, RuntimeError) and ("does not exist" in str(exc) or "404" in str(exc)):
+        status = _STATUS.search(str(exc))
+        missing = "does not exist" in str(exc) or (status is not None and status.group(1) == "404")
+        if isinstance(exc, RuntimeError) and missing:
             return None
         raise
 
