@@ -38,7 +38,7 @@ from serving.mcp_client.recording import (
 )
 from serving.mcp_client.schemas import EXPOSED_NAME, ToolSchemaError, validate_tools
 from serving.tools import Tool, ToolArgumentError, ToolCatalog, ToolExecutionError
-from serving.tools.schema import JSON_TYPES, check_value
+from serving.tools.schema import JSON_TYPES, check_value, json_type_name
 
 MAX_ROWS = 2_000_000
 """Most recorded calls one replay server loads (each worker holds them all)."""
@@ -47,24 +47,6 @@ _COLUMNS = ("server", "tool", "arguments", "result", "is_error")
 
 class ReplayError(ValueError):
     """The store or its sidecar cannot be served; the message names the file and why."""
-
-
-def _type_of(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
 
 
 def _describe(schema: Mapping[str, Any]) -> str:
@@ -123,7 +105,7 @@ class RecordedTool(Tool):
             if isinstance(kind, str) and kind in JSON_TYPES:
                 value, error = check_value(key, value, prop)
             elif isinstance(kind, list):
-                actual = _type_of(value)
+                actual = json_type_name(value)
                 if actual not in kind and not (actual == "integer" and "number" in kind):
                     error = f"argument '{key}' must be {' or '.join(map(str, kind))}, got {actual}"
             if error:

@@ -16,7 +16,8 @@ JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array")
 MAX_STRING_CHARS = 10_000
 
 
-def _type_name(value: Any) -> str:
+def json_type_name(value: Any) -> str:
+    """The JSON Schema type a value has, as error messages name it."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -47,7 +48,7 @@ def check_value(name: str, value: Any, prop: Mapping[str, Any]) -> tuple[Any, st
     that sends "12" for a number should learn to send 12.
     """
     expected = prop.get("type", "string")
-    actual = _type_name(value)
+    actual = json_type_name(value)
     if expected == "number":
         if actual not in ("number", "integer"):
             return value, f"argument '{name}' must be a number, got {actual} {_preview(value)}"
@@ -93,7 +94,7 @@ def validate_arguments(
     """
     if not isinstance(arguments, Mapping):
         return {}, [
-            f"arguments for '{tool_name}' must be a JSON object, got {_type_name(arguments)}"
+            f"arguments for '{tool_name}' must be a JSON object, got {json_type_name(arguments)}"
         ]
     properties: Mapping[str, Any] = schema.get("properties", {})
     errors: list[str] = []
