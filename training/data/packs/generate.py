@@ -15,9 +15,10 @@ import hashlib
 import json
 import random
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
@@ -52,6 +53,8 @@ from training.data.packs.slots import draw_slots
 from training.data.packs.split import held_out, template_id
 from training.data.schema import AGENT_NAME, DATA_SOURCE, SCHEMA_VERSION, Category, GroundTruth
 from training.data.validate import normalise_query, query_shape
+
+T = TypeVar("T")
 
 TOOLS_FILE = "tools.json"
 STORE_FILE = "calls.sqlite"
@@ -403,24 +406,37 @@ async def generate_pack_dataset(
     return PackDataset(rows, manifest, invalid)
 
 
+def run_on_pack_server(
+    loaded: LoadedPack,
+    sources_file: Path | None,
+    work: Callable[[ToolCatalog], Awaitable[T]],
+) -> T:
+    """Run `work` against the pack's server alone, from a sources file (or the pack's own
+    `source:`); the server is started here and stopped whatever `work` does."""
+    sources, base_dir = pack_sources(loaded, sources_file)
+    only = sources.model_copy(
+        update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
+    )
+
+    async def run() -> T:
+        catalog = ToolCatalog(only, base_dir=base_dir)
+        try:
+            return await work(catalog)
+        finally:
+            await catalog.close()
+
+    return asyncio.run(run())
+
+
 def generate_from_sources(
     loaded: LoadedPack,
     out_dir: Path,
     sources_file: Path | None = None,
     **settings: Any,
 ) -> PackDataset:
-    """`generate_pack_dataset` against the pack's server from a sources file (or the pack's
-    own `source:`); the server is started and stopped here."""
-    sources, base_dir = pack_sources(loaded, sources_file)
-    only = sources.model_copy(
-        update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
+    """`generate_pack_dataset` against the pack's server (see `run_on_pack_server`)."""
+    return run_on_pack_server(
+        loaded,
+        sources_file,
+        lambda catalog: generate_pack_dataset(loaded, catalog, out_dir, **settings),
     )
-
-    async def run() -> PackDataset:
-        catalog = ToolCatalog(only, base_dir=base_dir)
-        try:
-            return await generate_pack_dataset(loaded, catalog, out_dir, **settings)
-        finally:
-            await catalog.close()
-
-    return asyncio.run(run())

@@ -56,6 +56,7 @@ from training.data.packs.generate import (
     PlannedRow,
     build_row,
     generate_pack_dataset,
+    run_on_pack_server,
 )
 from training.data.packs.loader import LoadedPack
 from training.data.packs.model import IntentSpec
@@ -739,21 +740,9 @@ def synthesize_from_sources(
     sources_file: Path | None = None,
     **settings: Any,
 ) -> PackDataset:
-    """`synthesize_pack_dataset` against the pack's server from a sources file (or the pack's
-    own `source:`); the server is started and stopped here."""
-    from serving.mcp_client.catalog import ToolCatalog
-    from training.data.packs.server import pack_sources
-
-    sources, base_dir = pack_sources(loaded, sources_file)
-    only = sources.model_copy(
-        update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
+    """`synthesize_pack_dataset` against the pack's server (see `run_on_pack_server`)."""
+    return run_on_pack_server(
+        loaded,
+        sources_file,
+        lambda catalog: synthesize_pack_dataset(loaded, catalog, out_dir, llm, **settings),
     )
-
-    async def run() -> PackDataset:
-        catalog = ToolCatalog(only, base_dir=base_dir)
-        try:
-            return await synthesize_pack_dataset(loaded, catalog, out_dir, llm, **settings)
-        finally:
-            await catalog.close()
-
-    return asyncio.run(run())
