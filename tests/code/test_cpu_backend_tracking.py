@@ -58,3 +58,24 @@ def test_metrics_land_in_fixed_namespaces(monkeypatch: pytest.MonkeyPatch, tmp_p
     with Tracker(SPEC) as tracker:
         tracker.log({"eval/grpo/parseable_rate": 0.95}, step=5)
     assert client.get_run(run_id).data.metrics["eval/grpo/parseable_rate"] == 0.95
+
+
+def test_the_env_uri_wins_over_one_an_earlier_caller_set_globally(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Seen in CI: a URI an earlier test set globally sent this run to a dead server."""
+    import mlflow
+
+    dead = "http://127.0.0.1:9"  # nothing listens on the discard port
+    mlflow.set_tracking_uri(dead)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    try:
+        with Tracker(SPEC) as tracker:
+            tracker.log({"train/reward": 1.0}, step=1)
+            run_id = mlflow.active_run().info.run_id  # type: ignore[union-attr]
+    finally:
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.data.metrics["train/reward"] == 1.0

@@ -111,9 +111,14 @@ def test_register_promote_rollback_and_idempotent_rerun(mlflow_server: str, tmp_
     with pytest.raises(RegistryError, match="no 'previous'"):
         rollback(mlflow_server, name)
 
+    import mlflow
+
+    before = mlflow.get_tracking_uri()
     weights = download(mlflow_server, resolve(mlflow_server, f"models:/{name}@champion"),
                        tmp_path / "cache")  # fmt: skip
     assert json.loads((weights / "config.json").read_text())["marker"] == "one"
+    # the download names its server per call; the process-wide URI is left as it was
+    assert mlflow.get_tracking_uri() == before
     assert find_by_run_key(mlflow_server, name, "dag-3") is not None
 
 

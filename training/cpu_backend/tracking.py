@@ -31,6 +31,9 @@ class Tracker:
         import mlflow
 
         self._mlflow = mlflow
+        # the env names the server; binding it here wins over any URI an earlier caller in
+        # this process set globally
+        mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
         run_id = os.environ.get("MLFLOW_RUN_ID") or None
         if run_id is None:
             mlflow.set_experiment(self.spec.tracking.experiment)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -268,10 +269,20 @@ def download(tracking_uri: str, info: VersionInfo, dst: Path) -> Path:
     target = dst / info.name / info.version
     if (target / ".complete").exists():
         return target
-    target.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.artifacts.download_artifacts(
-        artifact_uri=f"models:/{info.name}/{info.version}", dst_path=str(target)
+    staging = dst / info.name / f".{info.version}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    # the server is named per call: a process-wide set_tracking_uri would outlive this call
+    # and send a later run's logging (the CPU backend's tracker reads the env) to this server
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    source = client.get_model_version_download_uri(info.name, info.version)
+    fetched = Path(
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=source, dst_path=str(staging), tracking_uri=tracking_uri
+        )
     )
+    shutil.rmtree(target, ignore_errors=True)  # an earlier, interrupted download
+    fetched.rename(target)
+    shutil.rmtree(staging, ignore_errors=True)
     (target / ".complete").write_text(info.source)
     return target
