@@ -29,9 +29,9 @@ def register_cli(train: typer.Typer) -> None:
             ),
         ],
     ) -> None:
-        """Train on CPU (tiny model, TRL SFT + GRPO, MCP tools in mock mode); resumes from
-        the last complete checkpoint in the workdir. Exit 3 when the planned step was not
-        reached."""
+        """Train on CPU (TRL SFT + GRPO; the tiny model or SmolLM2; tools as the spec's
+        tools.mode says: mock, replay or live); resumes from the last complete checkpoint in
+        the workdir. Exit 3 when the planned step was not reached."""
         from training.jobs.entry import EXIT_INCOMPLETE, run
         from training.spec.model import SpecError, load_spec
 
