@@ -1,5 +1,6 @@
-"""The retraining loop on a task pack, at small scale, through the stages the DAGs wire:
-the time pack's dataset generated against the real `mcp-server-time` (stdio) and validated
+"""The retraining loop on a task pack, at small scale, through the stages the DAGs wire, for
+both third-party servers: the pack's dataset generated against the real `mcp-server-time`
+(PyPI) or `@modelcontextprotocol/server-memory` (npm), both stdio, and validated
 with the project's suite, then the tiny model trained on CPU against the project's MCP server
 in replay mode over that dataset's store, evaluated on the held-out split (replay again),
 gated and registered with the tool mode and the store digest as lineage tags.
@@ -14,6 +15,7 @@ answering each case with its recorded calls) scores every case exactly through i
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,30 +23,41 @@ from typing import Any
 import pytest
 import yaml
 
+from testkit.mcp_servers import MEMORY_SERVER_BIN
 from testkit.pipeline_specs import lenient_thresholds, tiny_spec
 from training.pipeline.config import PipelineConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-WRAPPER = """import runpy, sys
+TIME_WRAPPER = """import runpy, sys
 with open(sys.argv[1], "a", encoding="utf-8") as log:
     log.write("started\\n")
 sys.argv = ["mcp-server-time"]
 runpy.run_module("mcp_server_time", run_name="__main__")
 """
 
+MEMORY_WRAPPER = """import os, sys
+with open(sys.argv[1], "a", encoding="utf-8") as log:
+    log.write("started\\n")
+os.execv(sys.argv[2], [sys.argv[2]])
+"""
 
-def _live_server_sources(root: Path) -> tuple[Path, Path]:
-    """Sources with the pack's server `time`, started through the counting wrapper."""
-    wrapper, log = root / "time_server.py", root / "time_server.starts"
-    wrapper.write_text(WRAPPER, encoding="utf-8")
+
+def _live_server_sources(root: Path, pack: str) -> tuple[Path, Path]:
+    """Sources with the pack's server, started through a wrapper that counts its starts."""
+    wrapper, log = root / f"{pack}_server.py", root / f"{pack}_server.starts"
+    server: dict[str, Any] = {"command": sys.executable, "args": [str(wrapper), str(log)]}
+    if pack == "time":
+        wrapper.write_text(TIME_WRAPPER, encoding="utf-8")
+    else:
+        if shutil.which("node") is None:
+            pytest.skip("node is not installed: the npm MCP server cannot run")
+        assert MEMORY_SERVER_BIN.exists(), "run `make mcp-servers` (installs server-memory)"
+        wrapper.write_text(MEMORY_WRAPPER, encoding="utf-8")
+        server["args"].append(str(MEMORY_SERVER_BIN))
+        server["env"] = {"MEMORY_FILE_PATH": str(root / "graph.jsonl")}
     sources = root / "sources.yaml"
-    sources.write_text(
-        yaml.safe_dump(
-            {"servers": {"time": {"command": sys.executable, "args": [str(wrapper), str(log)]}}}
-        ),
-        encoding="utf-8",
-    )
+    sources.write_text(yaml.safe_dump({"servers": {pack: server}}), encoding="utf-8")
     return sources, log
 
 
@@ -52,8 +65,9 @@ def _starts(log: Path) -> int:
     return len(log.read_text(encoding="utf-8").splitlines()) if log.is_file() else 0
 
 
-def test_the_loop_runs_on_the_time_pack_against_its_replay(
-    tmp_path: Path, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("pack", ["time", "memory"])
+def test_the_loop_runs_on_a_third_party_pack_against_its_replay(
+    pack: str, tmp_path: Path, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the training run logs here, never to a server an earlier test left in the env
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
@@ -75,10 +89,10 @@ def test_the_loop_runs_on_the_time_pack_against_its_replay(
     from training.registry.registry import resolve
     from training.spec.model import load_spec
 
-    monkeypatch.setenv("TOOLRL_MODEL_NAME", "toolrl-pack-test")
-    sources, starts_log = _live_server_sources(tmp_path)
+    monkeypatch.setenv("TOOLRL_MODEL_NAME", f"toolrl-pack-test-{pack}")
+    sources, starts_log = _live_server_sources(tmp_path, pack)
     config = PipelineConfig(
-        pack="time",
+        pack=pack,
         pack_sources=str(sources),
         dataset_rows=120,
         data_root=str(tmp_path / "datasets"),
@@ -86,7 +100,7 @@ def test_the_loop_runs_on_the_time_pack_against_its_replay(
     )
 
     generated = generate_stage(config, "run-1")
-    assert generated["pack"] == "time"
+    assert generated["pack"] == pack
     validate_stage(config, generated["staging_dir"])
     published = publish_stage(config, generated["staging_dir"], generated["dataset_version"])
     dataset_dir = Path(published["dataset_dir"])
@@ -112,7 +126,9 @@ def test_the_loop_runs_on_the_time_pack_against_its_replay(
     assert report["tools"]["server"] == "embedded"
     assert report["tools"]["mode"] == "replay"
     assert report["tools"]["store_digest"] == digest
-    assert report["tools"]["listed"] == ["convert_time", "get_current_time"]
+    served = json.loads((dataset_dir / "tools.json").read_text())
+    assert report["tools"]["listed"] == sorted(tool["name"] for tool in served)
+    assert len(served) >= 2
 
     thresholds = tmp_path / "lenient.yaml"
     thresholds.write_text(yaml.safe_dump(lenient_thresholds()))
