@@ -408,9 +408,10 @@ def _summary(
     champion: str | None,
     promoted: bool,
     check: tuple[bool, str] | None = None,
+    question: str = DEMO_QUESTION,
 ) -> None:
     """The closing report; `check` is the served answer's verdict (default: the built-in
-    demo's weather check)."""
+    demo's weather check) on `question`, printed beside it so the verdict can be read."""
     name = env["TOOLRL_MODEL_NAME"]
     pipeline = workdir / "pipeline"
     reports = sorted(pipeline.rglob("candidate.html"))
@@ -441,6 +442,7 @@ def _summary(
         f"sqlite:///{workdir / 'mlflow' / 'mlflow.db'}"
     )
     if answer:
+        console.print(f"demo question         {question!r}")
         console.print(f"served answer         {describe_answer(answer)}")
         ok, why = check if check is not None else answer_check(answer)
         colour = "green" if ok else "yellow"
@@ -597,9 +599,8 @@ def run_demo(
             )
         check = pack_answer_check(answer, expected) if target and answer else None
         _shoot_pages(workdir, dataset, handle)
-        _summary(
-            workdir, dataset, env, answer, time.monotonic() - started, champion, promoted, check
-        )
+        elapsed = time.monotonic() - started
+        _summary(workdir, dataset, env, answer, elapsed, champion, promoted, check, question)
         _print_airflow_access(handle)
         console.print(
             f"credentials           {workdir / 'secrets.json'} (Ray token, MCP token, front door "
