@@ -155,3 +155,31 @@ def test_the_before_after_table_reads_the_run_folders(tmp_path: Path) -> None:
     assert "74%" in text and "60%" in text
     assert "continued from champion v3" in start_line(run)
     assert before_after_table(tmp_path / "nothing") is None
+
+
+def test_the_closing_report_prints_the_question_beside_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from training.demo import run as demo_run
+
+    printed = Console(record=True, width=200)
+    monkeypatch.setattr(demo_run, "console", printed)
+    dataset = tmp_path / "datasets" / "abc"
+    dataset.mkdir(parents=True)
+    answer = {"content": "It is 10:10.", "tool_calls": []}
+    demo_run._summary(
+        tmp_path,
+        dataset,
+        {"TOOLRL_MODEL_NAME": "toolrl-demo-time"},
+        answer,
+        60.0,
+        "1",
+        True,
+        (False, "get_current_time returned a tool error"),
+        "Tell me the local time in Istanbul.",
+    )
+    text = printed.export_text()
+    assert "demo question         'Tell me the local time in Istanbul.'" in text
+    assert "not met: get_current_time returned a tool error" in text
