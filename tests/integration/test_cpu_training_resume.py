@@ -49,6 +49,7 @@ SPEC: dict[str, Any] = {
         "grpo_steps": GRPO_STEPS,
         "prompts_per_step": PROMPTS,
         "max_completion_length": 32,
+        "max_truncated_fraction": 1.0,  # tiny-model plumbing test: cut rollouts on purpose
         "eval_rows": 2,
         "eval_max_new_tokens": 12,
         "threads": 2,

@@ -23,6 +23,7 @@ _TINY_SPEC: dict[str, Any] = {
         "grpo_steps": 2,
         "prompts_per_step": 2,
         "max_completion_length": 32,
+        "max_truncated_fraction": 1.0,  # tiny-model plumbing test: cut rollouts on purpose
         "eval_rows": 2,
         "eval_max_new_tokens": 12,
         "threads": 2,

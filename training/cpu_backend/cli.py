@@ -40,7 +40,13 @@ def register_cli(train: typer.Typer) -> None:
         except SpecError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from exc
-        result = run(loaded, workdir.resolve(), backend="cpu")
+        from training.cpu_backend.rollout_budget import RolloutBudgetError
+
+        try:
+            result = run(loaded, workdir.resolve(), backend="cpu")
+        except RolloutBudgetError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
         if result.status != "succeeded":
             raise typer.Exit(EXIT_INCOMPLETE)

@@ -28,6 +28,7 @@ from training.cpu_backend.grpo import run_grpo
 from training.cpu_backend.metrics import HEADLINE_RATES, EvalResult, evaluate
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
+from training.cpu_backend.rollout_budget import RolloutBudget, check_budget, measure_budget
 from training.cpu_backend.sft import run_sft
 from training.cpu_backend.tools import McpToolRunner, ToolSchema
 from training.cpu_backend.tracking import LogCallback, Tracker
@@ -210,6 +211,25 @@ def _eval_metrics(stage: str, payload: dict[str, Any]) -> dict[str, float]:
     return {f"eval/{stage}/{k}": float(payload[k]) for k in keys if k in payload}
 
 
+def rollout_budget(spec: TrainingSpec, model_dir: Path, train_file: Path) -> RolloutBudget:
+    """Every train row's reference rollout against `cpu.max_completion_length`, measured
+    before any training so a limit that would cut them fails in seconds, not after SFT."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    columns = ["prompt", "reward_model", "language", "category"]
+    rows = pd.read_parquet(train_file, columns=columns).to_dict("records")
+    budget = measure_budget(tokenizer, rows, spec.cpu.max_completion_length)
+    logger.info(
+        "rollout budget: %d of %d train rows fit in %d tokens (longest reference %d)",
+        budget.rows - budget.truncated,
+        budget.rows,
+        budget.limit,
+        budget.longest,
+    )
+    return budget
+
+
 def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     """Run (or resume) the CPU training stage; returns the result the DAG and gate read."""
     import torch
@@ -236,6 +256,8 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         clock = time.perf_counter()
         base = resolve_model(spec, workdir)
         timings["build_model_s"] = time.perf_counter() - clock
+        budget = rollout_budget(spec, base, train_file)
+        check_budget(budget, spec.cpu.max_truncated_fraction)
 
         evals: dict[str, dict[str, Any]] = {}
         evals["before"] = quick_eval(
@@ -317,6 +339,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "losses": [list(pair) for pair in sft.losses],
             },
             "grpo": {
+                "rollout_budget": budget.as_dict(),
                 "steps_trained": grpo.steps_trained,
                 "rewards": grpo.rewards,
                 "reward_stds": grpo.reward_stds,

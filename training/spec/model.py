@@ -207,7 +207,18 @@ class CpuSection(_Section):
     grpo_lr: float = Field(default=5e-5, gt=0, description="GRPO learning rate.")
     prompts_per_step: int = Field(default=4, ge=1, description="Prompts per GRPO step.")
     max_completion_length: int = Field(
-        default=192, ge=16, description="Tokens per rollout after the prompt (all turns)."
+        default=192,
+        ge=16,
+        description="Tokens per rollout after the prompt: every assistant turn and every "
+        "tool response (TRL counts both). A cut rollout has no answer and scores low.",
+    )
+    max_truncated_fraction: float = Field(
+        default=0.02,
+        ge=0.0,
+        le=1.0,
+        description="Refuse the run when more than this share of train rows have a "
+        "reference rollout longer than max_completion_length (cpu_backend/rollout_budget.py)"
+        ": GRPO would punish exactly the correct calls of those rows.",
     )
     threads: int = Field(default=2, ge=1, description="torch threads.")
     seed: int = Field(default=0, description="Seed of SFT sampling, GRPO sampling and init.")
