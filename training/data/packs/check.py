@@ -19,7 +19,7 @@ import jsonschema
 from jsonschema.protocols import Validator
 
 from training.data.packs.loader import LoadedPack
-from training.data.packs.model import CallSpec, IntentSpec, PackSpec, step_calls
+from training.data.packs.model import CallSpec, IntentSpec, PackSpec, SlotSpec, step_calls
 from training.data.packs.refs import (
     RefError,
     fill,
@@ -109,18 +109,28 @@ def _check_slot_fields(
             continue
         if placeholder.field is None:
             continue
-        if spec.range is not None:
+        kind = next(
+            (k for k in ("range", "template", "compute") if getattr(spec, k) is not None), None
+        )
+        if kind is not None:
+            what = {
+                "range": "range of integers" if spec.range and spec.range.round is None else "",
+                "template": "template (a text)",
+                "compute": "computed number",
+            }[kind] or "range of decimals"
             report.add(
                 location,
                 label,
                 f"{{{placeholder.slot}.{placeholder.field}}}: slot {placeholder.slot!r} is a "
-                "range of integers, which have no fields",
+                f"{what}, which have no fields",
             )
             continue
         try:
             values = candidates(spec, pack, lang)
         except SlotError:
             continue  # reported with the slot itself
+        if values is None:
+            continue  # looked up or one_of: checked when drawn
         lacking = [v for v in values if not isinstance(v, Mapping) or placeholder.field not in v]
         if lacking:
             report.add(
@@ -129,6 +139,22 @@ def _check_slot_fields(
                 f"{{{placeholder.slot}.{placeholder.field}}}: {len(lacking)} value(s) of the "
                 f"slot have no field {placeholder.field!r}, e.g. {str(lacking[0])[:80]}",
             )
+
+
+def _slot_texts(spec: SlotSpec) -> list[str]:
+    """The templates a slot is made from (`template`, `compute`, a `lookup` key)."""
+    texts: list[str] = []
+    if spec.template is not None:
+        entries = spec.template.values() if isinstance(spec.template, dict) else [spec.template]
+        for entry in entries:
+            texts.extend(entry if isinstance(entry, list) else [entry])
+    if spec.compute is not None:
+        texts.append(spec.compute)
+    if spec.lookup is not None:
+        texts.append(spec.lookup.key)
+    for alternative in spec.one_of or []:
+        texts.extend(_slot_texts(alternative))
+    return texts
 
 
 def _check_call(
@@ -188,8 +214,16 @@ def _check_intent(
                 candidates(spec, pack, lang)
             except SlotError as exc:
                 report.add([*base, "slots", name], label, f"slot {name!r}: {exc}")
+        for text in _slot_texts(spec):
+            try:
+                used = placeholders(text)
+            except RefError as exc:
+                report.add([*base, "slots", name], label, f"slot {name!r}: {exc}")
+                continue
+            for lang in pack.languages:
+                _check_slot_fields(report, intent, pack, lang, used, [*base, "slots", name], label)
         for other in spec.distinct_from:
-            if other not in intent.slots:
+            if other.split(".", 1)[0] not in intent.slots:
                 report.add(
                     [*base, "slots", name],
                     label,
@@ -286,8 +320,9 @@ def _check_filled_arguments(
         for _ in range(SAMPLE_DRAWS):
             try:
                 slots = draw_slots(intent, pack, lang, rng)
-            except SlotError:
-                return  # reported per slot
+            except SlotError as exc:
+                report.add(["intents", index, "slots"], label, str(exc))
+                return
             for s_index, step in enumerate(intent.steps):
                 calls = step_calls(step)
                 for c_index, call in enumerate(calls):
@@ -312,22 +347,29 @@ def _check_filled_arguments(
 
 
 def _check_duplicate_texts(report: _Report, pack: PackSpec) -> None:
-    """Two templates with the same text (up to case, punctuation and slot names) would give
-    train and test the same query shapes; the generator could not keep them apart."""
+    """Two templates with the same text (up to case, punctuation and slot names) in one intent
+    would give train and test the same query shapes; the generator could not keep them
+    apart. Across intents the slot names are kept: `Convert {value} {src} to {dst}` (units)
+    and `Convert {amount} {src} to {dst}` (currencies) fill different values, so their
+    queries differ (and the planner still refuses any query shape the other split has)."""
     seen: dict[str, str] = {}
     for index, intent in enumerate(pack.intents):
         for lang, texts in intent.phrasings.items():
             for tid, text in texts.items():
-                key = f"{lang}|{normalise_query(re.sub(r'{[^{}]*}', '{}', text))}"
+                blank = normalise_query(re.sub(r"{[^{}]*}", "{}", text))
+                named = normalise_query(text)
                 where = f"{intent.name}/{lang}/{tid}"
-                if key in seen:
+                keys = (f"{lang}|{intent.name}|{blank}", f"{lang}|*|{named}")
+                earlier = next((seen[k] for k in keys if k in seen), None)
+                if earlier is not None:
                     report.add(
                         ["intents", index, "phrasings", lang, tid],
                         f"intent {intent.name!r}",
-                        f"template {lang}/{tid} has the same text as {seen[key]}",
+                        f"template {lang}/{tid} has the same text as {earlier}",
                     )
                 else:
-                    seen[key] = where
+                    for key in keys:
+                        seen[key] = where
 
 
 def check_pack(loaded: LoadedPack, tools: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -347,6 +389,14 @@ def check_pack(loaded: LoadedPack, tools: Mapping[str, Mapping[str, Any]]) -> li
                     f"category_mix asks for {category.value} rows, but no intent is "
                     f"{category.value}",
                 )
+    for t_index, tool in enumerate(pack.session_tools):
+        if tool not in tools:
+            report.add(
+                ["session_tools", t_index],
+                "pack",
+                f"session_tools names unknown tool {tool!r}: the server lists "
+                f"{', '.join(sorted(tools)) or 'none'}",
+            )
     if pack.stateful is False and pack.reset:
         report.add(["reset"], "pack", "`reset` is only used with `stateful: true`")
     sizes = [1] * len(pack.reset)

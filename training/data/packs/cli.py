@@ -149,18 +149,14 @@ def register_cli(tools_app: typer.Typer) -> None:
         from serving.mcp_client.catalog import ToolCatalog
         from training.data.packs.check import check_pack
         from training.data.packs.loader import PackError
-        from training.data.packs.server import pack_sources, server_tools
+        from training.data.packs.server import reach_pack_server, server_tools
 
         loaded = _load(pack)
         if offline:
             typer.secho(f"file OK (server not asked): {_summary(loaded)}", fg="green")
             return
-        try:
-            sources, base_dir = pack_sources(loaded, sources_file)
-        except (PackError, OSError, ValueError) as exc:
-            raise _fail(str(exc)) from exc
 
-        async def listed() -> Any:
+        async def listed(sources: Any, base_dir: Path) -> Any:
             only = sources.model_copy(
                 update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
             )
@@ -171,7 +167,10 @@ def register_cli(tools_app: typer.Typer) -> None:
                 await catalog.close()
 
         try:
-            tools = asyncio.run(listed())
+            with reach_pack_server(loaded, sources_file) as (sources, base_dir):
+                tools = asyncio.run(listed(sources, base_dir))
+        except (PackError, OSError, ValueError) as exc:
+            raise _fail(str(exc)) from exc
         except McpClientError as exc:
             raise _fail(f"tool catalog failed:\n{exc}") from exc
         problems = check_pack(loaded, {name: t.input_schema for name, t in tools.items()})

@@ -80,9 +80,11 @@ class CallExecutor:
         store: CallStore,
         *,
         stateful: bool = False,
+        session_tools: Sequence[str] = (),
         concurrency: int = 32,
     ) -> None:
         self.client = client
+        self.session_tools = frozenset(session_tools)
         self.server = server
         self.tools = tools
         self.store = store
@@ -91,11 +93,13 @@ class CallExecutor:
         self._inflight: dict[tuple[str, str], asyncio.Future[Outcome]] = {}
         self._limit = asyncio.Semaphore(concurrency)
 
-    async def _send(self, tool: str, arguments: Mapping[str, Any]) -> Outcome:
+    async def _send(
+        self, tool: str, arguments: Mapping[str, Any], session: str | None = None
+    ) -> Outcome:
         exposed = self.tools[tool].exposed
         async with self._limit:
             try:
-                result = await self.client.call_tool(exposed, arguments)
+                result = await self.client.call_tool(exposed, arguments, session)
             except McpProtocolError as exc:
                 # the server refusing the call (bad arguments, unknown tool): its answer,
                 # recorded like any tool error
@@ -109,15 +113,20 @@ class CallExecutor:
         self.stats.sent += 1
         return Outcome(result.text, result.is_error)
 
-    async def call(self, tool: str, arguments: Mapping[str, Any]) -> Outcome:
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], session: str | None = None
+    ) -> Outcome:
         """The result of one call, executed at most once per canonical arguments (stateless
-        servers) and recorded."""
+        servers) and recorded. A session tool (or any call of a stateful server) is sent
+        every time, in the row's `session`, and must agree with what is recorded."""
         try:
             key = (tool, canonical_arguments(arguments))
         except CallStoreError as exc:
             raise InvalidRowError("arguments", f"{tool}: {exc}") from None
-        if self.stateful:
-            outcome = await self._send(tool, arguments)
+        if self.stateful or tool in self.session_tools:
+            outcome = await self._send(
+                tool, arguments, session if tool in self.session_tools else None
+            )
             recorded = self.store.lookup(self.server, tool, arguments)
             if recorded is None:
                 self.store.record_one(self.server, tool, arguments, outcome.text, outcome.is_error)
@@ -171,8 +180,10 @@ async def run_calls(
     steps: Sequence[CallSpec | Sequence[CallSpec]],
     slots: Mapping[str, Any],
     validators: Mapping[str, Any],
+    session: str | None = None,
 ) -> tuple[list[list[ExpectedCall]], list[list[ExecutedCall]], list[list[dict[str, Any]]]]:
-    """Fill and execute steps in order (calls of one step concurrently)."""
+    """Fill and execute steps in order (calls of one step concurrently); `session` is the
+    row's conversation, sent with session tools' calls."""
     expected: list[list[ExpectedCall]] = []
     executed: list[list[ExecutedCall]] = []
     results: list[list[dict[str, Any]]] = []
@@ -191,7 +202,7 @@ async def run_calls(
                 raise InvalidRowError("schema", f"{call.tool}: {problems[0]}")
             filled.append(arguments)
         outcomes = await asyncio.gather(
-            *(executor.call(c.tool, a) for c, a in zip(calls, filled, strict=True))
+            *(executor.call(c.tool, a, session) for c, a in zip(calls, filled, strict=True))
         )
         failed = [(c, o) for c, o in zip(calls, outcomes, strict=True) if o.is_error]
         if failed:
@@ -219,11 +230,12 @@ async def execute_intent(
     intent: IntentSpec,
     slots: Mapping[str, Any],
     validators: Mapping[str, Any],
+    session: str | None = None,
 ) -> RowTruth:
     """Run one row's expected calls and fill its answers; InvalidRowError says why it cannot be
     used (a tool error, a reference that found nothing, an answer the results do not hold)."""
     steps = [step_calls(step) for step in intent.steps]
-    expected, executed, results = await run_calls(executor, steps, slots, validators)
+    expected, executed, results = await run_calls(executor, steps, slots, validators, session)
     blob = json.dumps(results, ensure_ascii=False)
     answers: list[str] = []
     for answer in intent.answers:

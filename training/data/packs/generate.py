@@ -25,6 +25,7 @@ from tqdm import tqdm
 from serving.mcp_client.base import McpClient
 from serving.mcp_client.call_store import CallStore
 from serving.mcp_client.catalog import ToolCatalog
+from serving.mcp_client.sources import ToolSources
 from training.data.config import DEFAULT_MIX, GenerationConfig
 from training.data.generate import (
     DECORATIONS,
@@ -48,7 +49,7 @@ from training.data.packs.execute import (
 from training.data.packs.loader import LoadedPack, PackError
 from training.data.packs.model import IntentSpec, PackSpec, step_calls
 from training.data.packs.refs import render_text
-from training.data.packs.server import pack_sources, server_tools, tools_snapshot
+from training.data.packs.server import reach_pack_server, server_tools, tools_snapshot
 from training.data.packs.slots import draw_slots
 from training.data.packs.split import held_out, template_id
 from training.data.schema import AGENT_NAME, DATA_SOURCE, SCHEMA_VERSION, Category, GroundTruth
@@ -226,8 +227,9 @@ async def execute_plan(
         try:
             if pack.stateful:
                 await reset_server(executor, pack.reset, validators)
+            session = f"{pack.pack}/row-{position}" if pack.session_tools else None
             outcomes[position] = await execute_intent(
-                executor, planned.intent, planned.slots, validators
+                executor, planned.intent, planned.slots, validators, session
             )
         except InvalidRowError as exc:
             outcomes[position] = exc
@@ -322,6 +324,7 @@ def build_manifest(
             "sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
             "languages": dict(pack.languages),
             "stateful": pack.stateful,
+            "data_files": dict(loaded.data_files),
             "templates": held,
             "planned_rows": len(rows) + len(invalid),
             "invalid_rows": len(invalid),
@@ -371,7 +374,13 @@ async def generate_pack_dataset(
     store_path = store_path or out_dir / STORE_FILE
     with CallStore(store_path) as store:
         executor = CallExecutor(
-            client, pack.server, tools, store, stateful=pack.stateful, concurrency=concurrency
+            client,
+            pack.server,
+            tools,
+            store,
+            stateful=pack.stateful,
+            session_tools=pack.session_tools,
+            concurrency=concurrency,
         )
         outcomes = await execute_plan(plan, executor, pack, tools, progress)
         invalid = [
@@ -412,20 +421,21 @@ def run_on_pack_server(
     work: Callable[[ToolCatalog], Awaitable[T]],
 ) -> T:
     """Run `work` against the pack's server alone, from a sources file (or the pack's own
-    `source:`); the server is started here and stopped whatever `work` does."""
-    sources, base_dir = pack_sources(loaded, sources_file)
-    only = sources.model_copy(
-        update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
-    )
+    `source:`, the project's server included); the server is started here and stopped
+    whatever `work` does."""
 
-    async def run() -> T:
+    async def run(sources: ToolSources, base_dir: Path) -> T:
+        only = sources.model_copy(
+            update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
+        )
         catalog = ToolCatalog(only, base_dir=base_dir)
         try:
             return await work(catalog)
         finally:
             await catalog.close()
 
-    return asyncio.run(run())
+    with reach_pack_server(loaded, sources_file) as (sources, base_dir):
+        return asyncio.run(run(sources, base_dir))
 
 
 def generate_from_sources(

@@ -11,7 +11,7 @@ keys refused, and the composed node tree kept so a pydantic error's location bec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from training.data.packs.model import PackSpec
+from training.data.packs.pool_files import resolve_pool_files
 
 BUILTIN_DIR = Path(__file__).with_name("builtin")
 MAX_PACK_BYTES = 1024 * 1024
@@ -113,6 +114,8 @@ class LoadedPack:
     text: str
     root: Any = None
     """The composed YAML node tree."""
+    data_files: dict[str, str] = field(default_factory=dict)
+    """JSON files that pools were read from (name -> sha256): the rows depend on them."""
 
     def line_of(self, location: Sequence[str | int]) -> int | None:
         return line_of(self.root, location)
@@ -213,7 +216,17 @@ def parse_pack_text(text: str, path: Path) -> LoadedPack:
             where = f"{path}:{number}" if number else str(path)
             problems.append(f"{where}: {_location_text(location, data)}: {error['msg']}")
         raise PackError(problems) from None
-    return LoadedPack(spec, path, text, root)
+    resolved, pool_problems = resolve_pool_files(spec, path.parent)
+    if pool_problems:
+        raise PackError(
+            [
+                f"{path}:{line_of(root, ['pools', name])}: pools.{name}: {message}"
+                for name, message in pool_problems
+            ]
+        )
+    if resolved.files:
+        spec = spec.model_copy(update={"pools": resolved.pools})
+    return LoadedPack(spec, path, text, root, resolved.files)
 
 
 def load_pack(path: Path) -> LoadedPack:

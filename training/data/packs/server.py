@@ -8,6 +8,8 @@ so the same pack can target a staging copy of the server, under a prefix.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from serving.mcp_client.schemas import validate_tools
 from serving.mcp_client.sources import ToolSources, load_tool_sources
 from training.data.packs.execute import ServerTool
 from training.data.packs.loader import LoadedPack, PackError
+from training.data.packs.model import ProjectServerSource
 
 
 def pack_sources(loaded: LoadedPack, sources_file: Path | None) -> tuple[ToolSources, Path]:
@@ -39,8 +42,55 @@ def pack_sources(loaded: LoadedPack, sources_file: Path | None) -> tuple[ToolSou
                 f"named {pack.server!r}"
             ]
         )
+    if isinstance(pack.source, ProjectServerSource):
+        raise PackError(
+            [
+                f"{loaded.path}: the pack's server is the project's own MCP server "
+                "(`source: {project_server: mock}`), started per run by `reach_pack_server`; "
+                f"to use one already running, pass --sources with a server named {pack.server!r}"
+            ]
+        )
     sources = ToolSources.model_validate({"servers": {pack.server: pack.source}})
     return sources, loaded.path.parent.resolve()
+
+
+@contextmanager
+def project_mock_server() -> Iterator[str]:
+    """The project's MCP server in mock mode on a free loopback port, for as long as the
+    block runs: frozen clock, offline providers, no faults, one worker (so notes sessions
+    live in one process). Yields its URL. Auth follows `toolrl mcp serve`: on only when
+    `TOOLRL_MCP_TOKEN` is set, and the client then reads the same variable."""
+    from serving.mcp_server.config import FaultConfig, ServerConfig
+    from serving.mcp_server.server import start
+
+    config = ServerConfig(
+        mode="mock", port=0, workers=1, faults=FaultConfig(), tune_gc=False, log_level="warning"
+    )
+    handle = start(config)
+    try:
+        yield handle.url
+    finally:
+        handle.stop()
+
+
+@contextmanager
+def reach_pack_server(
+    loaded: LoadedPack, sources_file: Path | None
+) -> Iterator[tuple[ToolSources, Path]]:
+    """`pack_sources`, except that a pack whose `source:` is the project's own server (and
+    no `--sources`) gets one started for the block (`project_mock_server`)."""
+    pack = loaded.spec
+    if sources_file is not None or not isinstance(pack.source, ProjectServerSource):
+        yield pack_sources(loaded, sources_file)
+        return
+    from serving.mcp_server.config import TOKEN_ENV
+
+    with project_mock_server() as url:
+        entry = {"url": url, "token_env": TOKEN_ENV}
+        yield (
+            ToolSources.model_validate({"servers": {pack.server: entry}}),
+            loaded.path.parent.resolve(),
+        )
 
 
 async def server_tools(client: McpClient, server: str) -> dict[str, ServerTool]:
