@@ -1,0 +1,135 @@
+"""The shipped `toolrl` pack (the built-in 11 tools) against the project's real MCP server:
+`generate` starts `toolrl mcp serve` in mock mode on a loopback port, executes every
+expected call over MCP, and the dataset passes the project's validation suite, like the
+time pack's. The results are what a training rollout in mock mode sees (the same tools, run
+in-process in the reference context, agree call by call), the notes rows ran in sessions of
+their own, and the same seed with the same store gives the same dataset version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from serving.mcp_client.call_store import CallStore
+from serving.mcp_server.replay import load_replay
+from serving.tools import ToolContext, get_catalog
+from training.cli import app
+from training.data.packs.generate import PackDataset, generate_from_sources
+from training.data.packs.loader import load_pack, resolve_pack
+from training.data.schema import GroundTruth
+from training.data.validate import validate_dataset
+
+N = 300
+
+
+def rows_of(out: Path) -> pd.DataFrame:
+    return pd.concat(
+        [pd.read_parquet(out / "train.parquet"), pd.read_parquet(out / "test.parquet")],
+        ignore_index=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PackDataset]:
+    out = tmp_path_factory.mktemp("toolrl-pack")
+    made = generate_from_sources(load_pack(resolve_pack("toolrl")), out, n=N, progress=False)
+    return out, made
+
+
+def test_rows_from_the_real_server_pass_the_project_suite(
+    dataset: tuple[Path, PackDataset],
+) -> None:
+    out, made = dataset
+    manifest = made.manifest
+    assert manifest["rows"] == N and manifest["pack"]["invalid_rows"] == 0, manifest["pack"]
+    assert manifest["generator"]["kind"] == "pack" and manifest["pack"]["server"] == "toolrl"
+    assert set(manifest["pack"]["data_files"]) == {"world.json"}
+    assert set(manifest["tools"]) == set(get_catalog().names)
+    assert min(manifest["tools"].values()) >= 1  # every one of the 11 tools is expected
+    assert set(manifest["category"]) == {
+        "single",
+        "parallel",
+        "multi_step",
+        "irrelevance",
+        "clarification",
+    }
+    report = validate_dataset(out)
+    assert report.success, report.summary()
+    assert not report.failed and len(report.checks) >= 30
+    assert {c.name for c in report.checks} >= {"pack_call_store_digest"}
+
+
+def test_results_are_what_a_mock_mode_rollout_sees(dataset: tuple[Path, PackDataset]) -> None:
+    """Each row's calls, re-run in-process on the catalog in the reference context (mock
+    mode, frozen clock, a fresh notes session per row, as a rollout has), give exactly the
+    results the server returned over MCP."""
+    out, _ = dataset
+    catalog = get_catalog()
+    checked = 0
+    for index, row in rows_of(out).iterrows():
+        truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
+        context = ToolContext.reference(session_id=f"check-{index}")
+        for step, results in zip(truth.steps, truth.results, strict=True):
+            for call, result in zip(step, results, strict=True):
+                again = catalog.execute(call.name, call.arguments, context, mode="mock")
+                assert json.loads(json.dumps(again)) == result, (row["query"], call)
+                checked += 1
+    assert checked > N
+
+
+def test_notes_rows_run_in_their_own_session(dataset: tuple[Path, PackDataset]) -> None:
+    out, _ = dataset
+    frame = rows_of(out)
+    notes = frame[frame["template_id"].str.contains("/note_roundtrip/|/remember_weather/")]
+    assert len(notes) >= 10
+    for _, row in notes.iterrows():
+        truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
+        saved = next(
+            (c, r)
+            for step, results in zip(truth.steps, truth.results, strict=True)
+            for c, r in zip(step, results, strict=True)
+            if c.name == "save_note"
+        )
+        assert saved[1] == {"saved": saved[0].arguments["title"], "notes_stored": 1}
+        if "/note_roundtrip/" in row["template_id"]:
+            assert truth.results[1][0]["content"] == saved[0].arguments["content"]
+            assert truth.answers == [saved[0].arguments["content"]]
+
+
+def test_the_store_replays_and_the_same_seed_gives_the_same_version(
+    dataset: tuple[Path, PackDataset], tmp_path: Path
+) -> None:
+    out, made = dataset
+    replay = load_replay(out / "calls.sqlite")
+    assert set(replay.catalog.names) == set(get_catalog().names)
+    with CallStore(out / "calls.sqlite") as store:
+        assert store.digest() == made.manifest["call_store"]["digest"]
+    again = generate_from_sources(
+        load_pack(resolve_pack("toolrl")),
+        tmp_path / "again",
+        n=N,
+        store_path=tmp_path / "copy.sqlite",
+        progress=False,
+    )
+    assert again.manifest["dataset_version"] == made.manifest["dataset_version"]
+
+
+def test_the_clis_generate_the_pack(tmp_path: Path) -> None:
+    runner = CliRunner()
+    checked = runner.invoke(app, ["tools", "pack", "validate", "toolrl"])
+    assert checked.exit_code == 0, checked.output
+    assert "pack OK" in checked.output
+    made = runner.invoke(
+        app, ["data", "generate", "--pack", "toolrl", "--n", "60", "--out", str(tmp_path / "d")]
+    )
+    assert made.exit_code == 0, made.output
+    manifest: dict[str, Any] = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert manifest["rows"] == 60 and manifest["pack"]["name"] == "toolrl"
+    validated = runner.invoke(app, ["data", "validate", str(tmp_path / "d")])
+    assert validated.exit_code == 0, validated.output
