@@ -93,9 +93,9 @@ def data_generate(
     pack: Annotated[
         str | None,
         typer.Option(
-            help="Generate from a task pack (file, or a shipped pack: time, memory) against "
-            "its MCP server instead of the built-in tools; --chinese-fraction is then the "
-            "pack's `languages`.",
+            help="Generate from a task pack (file, or a shipped pack: time, memory, toolrl) "
+            "against its MCP server instead of the built-in generator; --chinese-fraction is "
+            "then the pack's `languages`.",
         ),
     ] = None,
     sources: Annotated[

@@ -2,7 +2,7 @@
 
 Registered under the `tools` group by training/cli.py (`register_cli(tools_app)`); only
 typer is imported at load time so `toolrl --help` stays instant. A pack argument is a file,
-or the name of a pack that ships with the project (`time`, `memory`).
+or the name of a pack that ships with the project (`time`, `memory`, `toolrl`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ SourcesOption = Annotated[
     ),
 ]
 PackArgument = Annotated[
-    str, typer.Argument(help="Pack file, or the name of a shipped pack (time, memory).")
+    str,
+    typer.Argument(help="Pack file, or the name of a shipped pack (time, memory, toolrl)."),
 ]
 
 

@@ -28,7 +28,7 @@ MAX_NODES = 100_000
 
 
 def builtin_packs() -> dict[str, Path]:
-    """The packs that ship with the project, by name (`time`, `memory`)."""
+    """The packs that ship with the project, by name (`time`, `memory`, `toolrl`)."""
     return {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
 
 
