@@ -133,3 +133,62 @@ def test_the_clis_generate_the_pack(tmp_path: Path) -> None:
     assert manifest["rows"] == 60 and manifest["pack"]["name"] == "toolrl"
     validated = runner.invoke(app, ["data", "validate", str(tmp_path / "d")])
     assert validated.exit_code == 0, validated.output
+
+
+def test_synthesized_notes_tasks_run_in_a_session_of_their_own(tmp_path: Path) -> None:
+    """LLM synthesis on the toolrl pack (a scripted stand-in for the endpoint): proposals that
+    save then read a note are kept, each with the server's answers from its own session (one
+    note stored, not two: they run concurrently, so a shared session would count both); a
+    proposal that reads a note it never saved gets the server's error, a rejected tool error."""
+    from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
+    from training.evaluation.scripted import Scripted, serve_in_thread
+
+    def note(tool: str, **arguments: str) -> dict[str, Any]:
+        return {"tool": tool, "arguments": arguments}
+
+    reply = {
+        "tasks": [
+            {
+                "query": "Save a note called umbrella saying by the door, then read it to me.",
+                "language": "en",
+                "steps": [
+                    [note("save_note", title="umbrella", content="by the door")],
+                    [note("read_note", title="umbrella")],
+                ],
+                "answers": ["$steps[1].result.content"],
+            },
+            {
+                "query": "Write down that my keys hang on the hook, then read that note back.",
+                "language": "en",
+                "steps": [
+                    [note("save_note", title="keys", content="on the hook")],
+                    [note("read_note", title="keys")],
+                ],
+                "answers": ["$steps[1].result.content"],
+            },
+            {
+                "query": "Read me my note called passport drawer.",
+                "language": "en",
+                "steps": [[note("read_note", title="passport drawer")]],
+            },
+        ]
+    }
+    with serve_in_thread(lambda _m, _t: Scripted(content=json.dumps(reply))) as url:
+        llm = SynthesisConfig(url=url, proposals=3, per_request=3, retries=0)
+        dataset = synthesize_from_sources(
+            load_pack(resolve_pack("toolrl")), tmp_path / "d", llm, n=120, progress=False
+        )
+    report = dataset.manifest["synthesis"]
+    assert report["accepted"] == 2 and report["rejected"] == {"tool_error": 1}, report
+    kept = [
+        GroundTruth.from_json(r["reward_model"]["ground_truth"]).results
+        for r in dataset.rows
+        if r["template_id"].startswith("llm-")
+    ]
+    assert sorted(kept, key=lambda results: str(results[0][0]["saved"])) == [
+        [[{"saved": "keys", "notes_stored": 1}], [{"title": "keys", "content": "on the hook"}]],
+        [
+            [{"saved": "umbrella", "notes_stored": 1}],
+            [{"title": "umbrella", "content": "by the door"}],
+        ],
+    ]

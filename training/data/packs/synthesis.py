@@ -558,7 +558,8 @@ async def execute_candidates(
         try:
             if pack.stateful:
                 await reset_server(executor, pack.reset, validators)
-            outcomes[position] = await execute_intent(executor, intent, {}, validators)
+            session = f"{pack.pack}/proposal-{position}" if pack.session_tools else None
+            outcomes[position] = await execute_intent(executor, intent, {}, validators, session)
         except InvalidRowError as exc:
             outcomes[position] = exc
         except (RecursionError, ValueError, TypeError, ArithmeticError) as exc:
@@ -681,7 +682,13 @@ async def synthesize_pack_dataset(
     items = await propose(llm, tools, samples, list(pack.languages), report)
     with CallStore(store_path) as store:
         executor = CallExecutor(
-            client, pack.server, tools, store, stateful=pack.stateful, concurrency=concurrency
+            client,
+            pack.server,
+            tools,
+            store,
+            stateful=pack.stateful,
+            session_tools=pack.session_tools,
+            concurrency=concurrency,
         )
         candidates = await execute_candidates(items, executor, loaded, tools, report)
         report.calls_sent = executor.stats.sent
