@@ -22,7 +22,7 @@ from training.cpu_backend.prefix import completion_logps
 VOCAB = 300
 
 
-def tiny(kind: str) -> Any:
+def tiny(kind: str, tie: bool = True) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
@@ -35,7 +35,7 @@ def tiny(kind: str) -> Any:
         num_key_value_heads=2,
         head_dim=8,
         max_position_embeddings=512,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie,
     )
     if kind == "llama":
         return LlamaForCausalLM(LlamaConfig(**shape)).eval()
@@ -153,22 +153,27 @@ def sft_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def reference_frozen_context_loss(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
+    model: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    labels: torch.Tensor,
+    open_positions: list[set[int]] | None = None,
 ) -> torch.Tensor:
-    """Segment by segment: positions that predict a labelled token run with gradient, all
-    others without, on one growing cache per row (what the packed two-pass version must
-    equal)."""
+    """Segment by segment: positions that predict a labelled token run with gradient (and
+    the `open_positions` of each row, with gradient but no loss), all others without, on
+    one growing cache per row (what the packed two-pass version must equal)."""
     total = torch.zeros(())
     count = 0
     for row in range(ids.shape[0]):
         length = int(mask[row].sum())
         trained = [t for t in range(length - 1) if labels[row, t + 1] != -100]
+        graded = set(trained) | (open_positions[row] if open_positions else set())
         cache = DynamicCache()
         position = 0
         while position < length - 1:
-            grad = position in trained
+            grad = position in graded
             end = position
-            while end < length - 1 and (end in trained) == grad:
+            while end < length - 1 and (end in graded) == grad:
                 end += 1
             chunk = ids[row : row + 1, position:end]
             with torch.set_grad_enabled(grad):
@@ -181,11 +186,12 @@ def reference_frozen_context_loss(
                     size = old[0].shape[-2]
                     layer.keys = torch.cat([old[0], layer.keys[..., size:, :]], dim=-2)
                     layer.values = torch.cat([old[1], layer.values[..., size:, :]], dim=-2)
-            if grad:
-                logits = model.get_output_embeddings()(hidden).float()
-                targets = ids[row, position + 1 : end + 1]
+            scored = [t - position for t in range(position, end) if t in trained]
+            if grad and scored:
+                logits = model.get_output_embeddings()(hidden[scored]).float()
+                targets = ids[row, [position + 1 + t for t in scored]]
                 total = total + torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
-                count += end - position
+                count += len(scored)
             position = end
     return total / count
 
@@ -239,3 +245,54 @@ def test_frozen_context_logps_equal_the_exact_path(model: Any) -> None:
     assert with_grad.requires_grad and entropy is not None
     assert torch.allclose(exact[trained], with_grad.detach()[trained], atol=1e-5)
     assert bool((with_grad.detach()[~trained] == 0).all())
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_question_gradient_trains_the_question_and_keeps_the_loss(kind: str) -> None:
+    """`sft_question_gradient`: same loss value; the gradient equals the segment-by-segment
+    reference in which the question also runs with gradient; and a token that appears only
+    in the question gets an input-embedding gradient (untied head, so the softmax does not
+    give every row one), which the fully frozen context never gives."""
+    from training.cpu_backend.packed_loss import question_positions, sft_positions
+
+    model = tiny(kind, tie=False)
+    model.set_attn_implementation("sdpa")
+    ids, mask, labels = sft_batch()
+    only_in_question = VOCAB - 1
+    ids[:, 41] = only_in_question  # inside every row's question (after the 40 shared tokens)
+    assert int((ids == only_in_question).sum()) == 3
+    frozen_positions = sft_positions(ids, mask, labels)
+    opened = question_positions(frozen_positions.sequences, frozen_positions.positions)
+    assert [p.tolist() for p in opened] == [[40, 41, 42]] * 3  # shared prefix .. first trained
+    embeddings = model.get_input_embeddings().weight
+
+    model.zero_grad()
+    frozen = frozen_context_sft_loss(model, ids, mask, labels)
+    frozen.backward()
+    assert embeddings.grad is not None
+    assert float(embeddings.grad[only_in_question].abs().sum()) == 0.0
+
+    model.zero_grad()
+    reference = reference_frozen_context_loss(
+        model, ids, mask, labels, [set(p.tolist()) for p in opened]
+    )
+    reference.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    packed = frozen_context_sft_loss(model, ids, mask, labels, question_gradient=True)
+    packed.backward()
+    assert packed.item() == pytest.approx(frozen.item(), rel=1e-5)
+    assert reference.item() == pytest.approx(frozen.item(), rel=1e-5)
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, name
+        assert torch.allclose(parameter.grad, expected[name], atol=2e-6), name
+    assert float(embeddings.grad[only_in_question].abs().sum()) > 0.0
+
+
+def test_a_batch_that_shares_its_question_has_nothing_to_open() -> None:
+    from training.cpu_backend.packed_loss import question_positions
+
+    same = [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 9, 11]]
+    trained = [torch.tensor([4]), torch.tensor([4])]
+    assert [p.tolist() for p in question_positions(same, trained)] == [[], []]
+    assert question_positions([], []) == []

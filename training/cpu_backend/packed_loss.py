@@ -50,6 +50,18 @@ class TrainedPositions:
 
     sequences: list[list[int]]
     positions: list[torch.Tensor]
+    open_positions: list[torch.Tensor] | None = None
+    """Per row, context positions that also run with gradient but carry no loss: the
+    user's question (`question_positions`), so training can change how it is read."""
+
+    def gradient_positions(self, row: int) -> torch.Tensor:
+        """Sorted positions of `row` that run in the gradient pass."""
+        if self.open_positions is None:
+            return self.positions[row]
+        merged: torch.Tensor = torch.unique(
+            torch.cat([self.positions[row], self.open_positions[row]])
+        )
+        return merged
 
 
 def _token_logps(
@@ -112,7 +124,12 @@ def context_pass(model: Any, trained: TrainedPositions) -> tuple[PackedKV, list[
     """Step 1: every token once, no gradient. Returns the packed cache and, per row, the
     hidden states of its positions after the shared prefix."""
     first_trained = min(
-        (int(p.min()) for p in trained.positions if p.numel()), default=len(trained.sequences[0])
+        (
+            int(p.min())
+            for p in map(trained.gradient_positions, range(len(trained.sequences)))
+            if p.numel()
+        ),
+        default=len(trained.sequences[0]),
     )
     shared = _shared_prefix(trained.sequences, first_trained)
     kv = PackedKV(model)
@@ -147,23 +164,67 @@ def trained_hidden(model: Any, trained: TrainedPositions) -> tuple[torch.Tensor,
 
 def _gradient_pass(kv: PackedKV, trained: TrainedPositions) -> torch.Tensor:
     """Step 2: the trained positions of all rows in one forward with gradient, on top of the
-    frozen keys/values of everything else."""
+    frozen keys/values of everything else; open positions (the question) run in the same
+    forward, so the trained ones attend to their differentiable keys and values, and only
+    the trained positions' hidden states come back."""
     rows = [r for r, p in enumerate(trained.positions) if p.numel()]
-    ids = [torch.tensor(trained.sequences[r], dtype=torch.long)[trained.positions[r]] for r in rows]
-    return kv.gradient_forward(rows, [trained.positions[r] for r in rows], ids)
+    running = [trained.gradient_positions(r) for r in rows]
+    ids = [
+        torch.tensor(trained.sequences[r], dtype=torch.long)[p]
+        for r, p in zip(rows, running, strict=True)
+    ]
+    hidden = kv.gradient_forward(rows, running, ids)
+    if trained.open_positions is None:
+        return hidden
+    offsets = torch.tensor([0, *(int(p.numel()) for p in running)]).cumsum(0)[:-1]
+    picked = torch.cat(
+        [
+            offset + torch.searchsorted(run, trained.positions[r])
+            for offset, run, r in zip(offsets.tolist(), running, rows, strict=True)
+        ]
+    )
+    return hidden[picked]
 
 
 def sft_positions(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor,
+    question_gradient: bool = False,
 ) -> TrainedPositions:
-    """SFT: position t is trained when label t+1 is (an assistant token)."""
+    """SFT: position t is trained when label t+1 is (an assistant token). With
+    `question_gradient`, each row's question also runs with gradient (`question_positions`)."""
     sequences, positions = [], []
     for row in range(input_ids.shape[0]):
         length = int(attention_mask[row].sum())
         sequences.append(input_ids[row, :length].tolist())
         labelled = (labels[row, 1:length] != IGNORE).nonzero().squeeze(-1)
         positions.append(labelled)
-    return TrainedPositions(sequences, positions)
+    if not question_gradient:
+        return TrainedPositions(sequences, positions)
+    return TrainedPositions(sequences, positions, question_positions(sequences, positions))
+
+
+def question_positions(
+    sequences: Sequence[Sequence[int]], positions: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Per row, the tokens after the batch's shared prefix (system prompt and tool schemas)
+    and before the row's first trained position: the user's turn.
+
+    Why these and no more: with the whole context frozen, training cannot change how the
+    question's own tokens are represented, only how the answer attends to them. A model
+    that must learn to read something its pretraining never saw (Chinese city names for a
+    135M English model: 4% exact calls with the context frozen) needs the gradient there.
+    The question is ~30 tokens of a ~900-token row, so the saving of the frozen context
+    (tool schemas, tool responses) stays. Rows whose question is shared by the whole batch
+    (one row, a GRPO group) have none."""
+    if not sequences:
+        return []
+    first = [
+        int(p.min()) if p.numel() else len(s) for s, p in zip(sequences, positions, strict=True)
+    ]
+    shared = _shared_prefix(sequences, min(first))
+    return [torch.arange(shared, end, dtype=torch.long) for end in first]
 
 
 def frozen_context_sft_loss(
@@ -172,10 +233,12 @@ def frozen_context_sft_loss(
     attention_mask: torch.Tensor,
     labels: torch.Tensor,
     num_items: int | torch.Tensor | None = None,
+    question_gradient: bool = False,
 ) -> torch.Tensor:
     """Sum of next-token cross-entropy over labelled tokens / `num_items` (default: their
-    count), with the context frozen (module docstring)."""
-    trained = sft_positions(input_ids, attention_mask, labels)
+    count), with the context frozen (module docstring), the question too unless
+    `question_gradient`."""
+    trained = sft_positions(input_ids, attention_mask, labels, question_gradient)
     count = sum(int(p.numel()) for p in trained.positions)
     denominator = torch.as_tensor(num_items if num_items is not None else count).clamp(min=1)
     if count == 0:

@@ -151,6 +151,7 @@ class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
     `packed_loss.frozen_context_sft_loss`; the optimizer follows the model's dtype."""
 
     frozen_context = False
+    question_gradient = False
 
     def compute_loss(
         self,
@@ -159,14 +160,13 @@ class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
         return_outputs: bool = False,
         num_items_in_batch: Any = None,
     ) -> Any:
-        loss_fn = frozen_context_sft_loss if self.frozen_context else causal_lm_loss
-        loss = loss_fn(
-            model,
-            inputs["input_ids"],
-            inputs["attention_mask"],
-            inputs["labels"],
-            num_items_in_batch,
-        )
+        args = (model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
+        if self.frozen_context:
+            loss = frozen_context_sft_loss(
+                *args, num_items_in_batch, question_gradient=self.question_gradient
+            )
+        else:
+            loss = causal_lm_loss(*args, num_items_in_batch)
         return (loss, None) if return_outputs else loss
 
 
@@ -276,6 +276,7 @@ def run_sft(
         ],
     )
     trainer.frozen_context = cpu.frozen_context
+    trainer.question_gradient = cpu.sft_question_gradient
     trainer.toolrl_dtype = cpu.dtype
     resume = latest_complete_step(sft_dir)
     start = time.perf_counter()

@@ -261,6 +261,13 @@ class CpuSection(_Section):
         "and tool responses run once without gradient (cpu_backend/packed_loss.py). For a "
         "pretrained model; a model trained from scratch needs the gradient to learn to read.",
     )
+    sft_question_gradient: bool = Field(
+        default=False,
+        description="With frozen_context: SFT gradients also through the user's question "
+        "(~30 tokens a row; tool schemas and tool responses stay frozen), so the model can "
+        "learn to read what its pretraining never saw, such as Chinese city names "
+        "(cpu_backend/packed_loss.py `question_positions`).",
+    )
     mcp: Literal["embedded", "external"] = Field(
         default="embedded",
         description="embedded: start a mock-mode MCP server on a free loopback port for the "
