@@ -196,6 +196,12 @@ def reference_frozen_context_loss(
     return total / count
 
 
+def assert_gradients_equal(model: Any, expected: dict[str, torch.Tensor]) -> None:
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, name
+        assert torch.allclose(parameter.grad, expected[name], atol=2e-6), name
+
+
 def test_frozen_context_loss_equals_plain_forward_and_reference_gradients(model: Any) -> None:
     model.set_attn_implementation("sdpa")
     ids, mask, labels = sft_batch()
@@ -213,9 +219,7 @@ def test_frozen_context_loss_equals_plain_forward_and_reference_gradients(model:
     packed.backward()
     assert packed.item() == pytest.approx(plain.item(), rel=1e-5)
     assert reference.item() == pytest.approx(plain.item(), rel=1e-5)
-    for name, parameter in model.named_parameters():
-        assert parameter.grad is not None, name
-        assert torch.allclose(parameter.grad, expected[name], atol=2e-6), name
+    assert_gradients_equal(model, expected)
 
 
 def test_frozen_context_logps_equal_the_exact_path(model: Any) -> None:
@@ -283,9 +287,7 @@ def test_question_gradient_trains_the_question_and_keeps_the_loss(kind: str) -> 
     packed.backward()
     assert packed.item() == pytest.approx(frozen.item(), rel=1e-5)
     assert reference.item() == pytest.approx(frozen.item(), rel=1e-5)
-    for name, parameter in model.named_parameters():
-        assert parameter.grad is not None, name
-        assert torch.allclose(parameter.grad, expected[name], atol=2e-6), name
+    assert_gradients_equal(model, expected)
     assert float(embeddings.grad[only_in_question].abs().sum()) > 0.0
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from serving.mcp_client.base import McpClient, McpClientError, McpProtocolError
 from serving.mcp_client.call_store import CallStore, CallStoreError, canonical_arguments
 from training.data.packs.check import schema_problems, validator_for
-from training.data.packs.model import CallSpec, IntentSpec, step_calls
+from training.data.packs.model import CallSpec, IntentSpec, PackSpec, step_calls
 from training.data.packs.refs import FILTERS, ExecutedCall, RefError, fill
 from training.data.packs.results import result_object
 from training.data.schema import ExpectedCall
@@ -92,6 +92,27 @@ class CallExecutor:
         self.stats = ExecutionStats()
         self._inflight: dict[tuple[str, str], asyncio.Future[Outcome]] = {}
         self._limit = asyncio.Semaphore(concurrency)
+
+    @classmethod
+    def for_pack(
+        cls,
+        client: McpClient,
+        pack: PackSpec,
+        tools: Mapping[str, ServerTool],
+        store: CallStore,
+        concurrency: int = 32,
+    ) -> CallExecutor:
+        """The executor a pack's generation and synthesis share: the pack's server, its
+        statefulness and its per-row session tools."""
+        return cls(
+            client,
+            pack.server,
+            tools,
+            store,
+            stateful=pack.stateful,
+            session_tools=pack.session_tools,
+            concurrency=concurrency,
+        )
 
     async def _send(
         self, tool: str, arguments: Mapping[str, Any], session: str | None = None

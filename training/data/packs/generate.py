@@ -373,15 +373,7 @@ async def generate_pack_dataset(
     out_dir.mkdir(parents=True, exist_ok=True)
     store_path = store_path or out_dir / STORE_FILE
     with CallStore(store_path) as store:
-        executor = CallExecutor(
-            client,
-            pack.server,
-            tools,
-            store,
-            stateful=pack.stateful,
-            session_tools=pack.session_tools,
-            concurrency=concurrency,
-        )
+        executor = CallExecutor.for_pack(client, pack, tools, store, concurrency)
         outcomes = await execute_plan(plan, executor, pack, tools, progress)
         invalid = [
             (p, o) for p, o in zip(plan, outcomes, strict=True) if isinstance(o, InvalidRowError)

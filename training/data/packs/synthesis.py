@@ -681,15 +681,7 @@ async def synthesize_pack_dataset(
     samples = sample_calls(dataset.rows, llm.samples)
     items = await propose(llm, tools, samples, list(pack.languages), report)
     with CallStore(store_path) as store:
-        executor = CallExecutor(
-            client,
-            pack.server,
-            tools,
-            store,
-            stateful=pack.stateful,
-            session_tools=pack.session_tools,
-            concurrency=concurrency,
-        )
+        executor = CallExecutor.for_pack(client, pack, tools, store, concurrency)
         candidates = await execute_candidates(items, executor, loaded, tools, report)
         report.calls_sent = executor.stats.sent
         base_rows = dataset.rows
