@@ -66,6 +66,9 @@ def test_the_env_uri_wins_over_one_an_earlier_caller_set_globally(
     """Seen in CI: a URI an earlier test set globally sent this run to a dead server."""
     import mlflow
 
+    # recorded first, so teardown restores the real original: mlflow.set_tracking_uri also
+    # writes the env var, and a later record would restore the dead URI for the next tests
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     dead = "http://127.0.0.1:9"  # nothing listens on the discard port
     mlflow.set_tracking_uri(dead)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

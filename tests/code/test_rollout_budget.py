@@ -104,8 +104,12 @@ def test_the_shipped_smollm2_spec_fits_the_built_in_data() -> None:
     assert budget.truncated == 0, budget.as_dict()
 
 
-def test_toolrl_train_local_refuses_a_cutting_limit_before_it_trains(tmp_path: Path) -> None:
-    """Exit 2, the fix in the message, and no SFT checkpoint: seconds, not a wasted run."""
+def test_toolrl_train_local_refuses_a_cutting_limit_before_it_trains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit 2, the fix in the message, and no SFT checkpoint: seconds, not a wasted run.
+    The refusal comes before the tracker: a dead tracking server is never contacted."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens
     import yaml
     from typer.testing import CliRunner
 

@@ -243,6 +243,12 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     spec = resolve_paths(spec, workdir)
     train_file = Path(spec.data.train_files[0])
     timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    base = resolve_model(spec, workdir)
+    timings["build_model_s"] = time.perf_counter() - clock
+    # before any server or tracker starts: a budget that cuts rollouts fails in seconds
+    budget = rollout_budget(spec, base, train_file)
+    check_budget(budget, spec.cpu.max_truncated_fraction)
     with ExitStack() as stack:
         # a pack dataset's calls are judged by its tool snapshot (parser, reward, quick eval)
         stack.enter_context(using_registry(dataset_registry(train_file)))
@@ -252,12 +258,6 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         tracker = stack.enter_context(Tracker(spec))
         schemas = runner.list_tools()
         rows = eval_rows(spec)
-
-        clock = time.perf_counter()
-        base = resolve_model(spec, workdir)
-        timings["build_model_s"] = time.perf_counter() - clock
-        budget = rollout_budget(spec, base, train_file)
-        check_budget(budget, spec.cpu.max_truncated_fraction)
 
         evals: dict[str, dict[str, Any]] = {}
         evals["before"] = quick_eval(
