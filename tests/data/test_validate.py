@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,16 @@ def rewrite(path: Path, edit: Any) -> None:
 
 def test_valid_dataset_passes_and_writes_data_docs(
     small_dataset: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     out, manifest = small_dataset
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     report = validate_dataset(out, ValidationConfig())
+    # the verl check's tokenizer and parquet cache are gone once it has run
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("toolrl-")] == []
     assert report.success, report.summary()
     assert report.dataset_version == manifest["dataset_version"]
     assert report.data_docs and Path(report.data_docs).is_file()

@@ -23,7 +23,9 @@ SAMPLE_ROWS = 512
 def _tokenizer() -> Any:
     from training.model.tokenizer import build_tokenizer
 
-    return build_tokenizer(Path(tempfile.mkdtemp(prefix="toolrl-tok-")), "hermes", 8_192)
+    # the tokenizer lives in memory once built: its files need not outlive this call
+    with tempfile.TemporaryDirectory(prefix="toolrl-tok-") as out_dir:
+        return build_tokenizer(Path(out_dir), "hermes", 8_192)
 
 
 def load_with_verl(parquet: Path, max_prompt_length: int = 4_096) -> int:
@@ -33,23 +35,24 @@ def load_with_verl(parquet: Path, max_prompt_length: int = 4_096) -> int:
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     datasets.disable_progress_bars()
-
-    config = OmegaConf.create(
-        {
-            "prompt_key": "prompt",
-            "max_prompt_length": max_prompt_length,
-            "filter_overlong_prompts": True,
-            "filter_overlong_prompts_workers": 1,
-            "return_raw_chat": True,
-            "truncation": "error",
-            "cache_dir": tempfile.mkdtemp(prefix="toolrl-verl-"),
-        }
-    )
-    with contextlib.redirect_stdout(io.StringIO()):  # verl prints its progress to stdout
-        dataset = RLHFDataset(str(parquet), _tokenizer(), config, max_samples=SAMPLE_ROWS)
+    # verl caches the parquet here; the cache is of no use once the rows are read
+    with tempfile.TemporaryDirectory(prefix="toolrl-verl-") as cache_dir:
+        config = OmegaConf.create(
+            {
+                "prompt_key": "prompt",
+                "max_prompt_length": max_prompt_length,
+                "filter_overlong_prompts": True,
+                "filter_overlong_prompts_workers": 1,
+                "return_raw_chat": True,
+                "truncation": "error",
+                "cache_dir": cache_dir,
+            }
+        )
+        with contextlib.redirect_stdout(io.StringIO()):  # verl prints its progress to stdout
+            dataset = RLHFDataset(str(parquet), _tokenizer(), config, max_samples=SAMPLE_ROWS)
+            item = dataset[0] if len(dataset) else {}
     if len(dataset) == 0:
         raise ValueError("verl kept no rows (all filtered as over-long?)")
-    item = dataset[0]
     if not item.get("tools_kwargs"):
         raise ValueError("verl sees no tools_kwargs on the first row")
     if item.get("agent_name") != "tool_agent":
