@@ -466,8 +466,9 @@ class EngineServer:
             whole = (forced + text).lstrip()
             rest = whole[len(prose.sent) :] if whole.startswith(prose.sent) else ""
         else:
-            prose.replace(forced + text)
-            rest = prose.finish()
+            # tokens decoded after the loop's last look are new prose too, not only the tail
+            # held back for a continuation
+            rest = prose.replace(forced + text) + prose.finish()
         if rest:
             await out.delta({"content": rest})
         if calls:
