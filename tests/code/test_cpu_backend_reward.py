@@ -117,3 +117,22 @@ def test_reward_never_raises_on_garbage(tokenizer: Any, tmp_path: Path) -> None:
     junk = tokenizer.encode("<tool_response>\n}}}</tool_call>", add_special_tokens=False)
     scores = reward([[]], [[]], [junk], [{"ground_truth": "not json"}])
     assert len(scores) == 1 and scores[0] <= 0
+
+
+def test_every_scored_rollout_is_written_to_the_transcript(tokenizer: Any, tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl"
+    reward = ProjectReward(tokenizer, RewardConfig(call_format="hermes"), transcript_path=path)
+    good = tokenizer.encode(
+        render_hermes("calculate_math", {"expression": "256*37"}) + "<|im_end|>",
+        add_special_tokens=False,
+    )
+    junk = tokenizer.encode("}}}</tool_call>" * 2_000, add_special_tokens=False)
+    rows = [{"ground_truth": TRUTH}] * 2
+    first = reward([[]] * 2, [[]] * 2, [good, junk], rows, extra_info=[{"index": 7}, "x"])
+    second = reward([[]], [[]], [good], rows[:1])  # TRL passes no extra_info: row unknown
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [(r["batch"], r["row"]) for r in lines] == [(0, 7), (0, None), (1, None)]
+    assert [r["reward"] for r in lines] == [*first, *second]
+    assert "calculate_math" in lines[0]["text"]
+    assert len(lines[1]["text"]) <= 4_000  # a runaway rollout does not bloat the file
+    assert "tool_alignment" in lines[0]["components"]

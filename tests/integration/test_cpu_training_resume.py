@@ -141,6 +141,12 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     assert report["grpo"]["steps_trained"] == GRPO_STEPS - SAVE_FREQ  # continued, not from 0
     assert sft_final.stat().st_mtime_ns == sft_stamp  # the warm start was not redone
     assert set(report["evals"]) == {"before", "sft", "grpo"}
+    # every batch's rollouts were written with their row and reward; a batch the killed run
+    # scored after its last checkpoint is scored again, so batches may repeat, never miss
+    rollouts = Path(report["grpo"]["rollouts"]).read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in rollouts]
+    assert {r["batch"] for r in records} == set(range(GRPO_STEPS))
+    assert all(isinstance(r["row"], int) and r["text"] for r in records)
 
     # layout: verl's tracker, markers, pruning to `keep`, data position in data.pt
     assert (run_dir / TRACKER).read_text().strip() == str(GRPO_STEPS)

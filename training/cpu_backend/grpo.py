@@ -50,6 +50,10 @@ LOSS_TYPES = {
 }
 
 
+#: Every GRPO rollout with its reward, beside the checkpoints (`ProjectReward`).
+ROLLOUTS_FILE = "rollouts.jsonl"
+
+
 def grpo_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
     """The spec as `GRPOConfig` keyword arguments (pure: tested without building one)."""
     algo, rollout, cpu = spec.algorithm, spec.rollout, spec.cpu
@@ -269,8 +273,13 @@ def run_grpo(
     resume = latest_complete_step(run_dir)
     reward_config = spec.reward.model_copy(update={"call_format": spec.model.call_format})
     tokenizer = render_with_schemas(AutoTokenizer.from_pretrained(str(start_model)), schemas)
+    run_dir.mkdir(parents=True, exist_ok=True)
     reward = ProjectReward(
-        tokenizer, reward_config, spec.drift.max_malformed_rate, spec.drift.window
+        tokenizer,
+        reward_config,
+        spec.drift.max_malformed_rate,
+        spec.drift.window,
+        transcript_path=run_dir / ROLLOUTS_FILE,
     )
     if resume is not None:
         reward.malformed_history = list(read_data_state(run_dir, resume).get("malformed", []))

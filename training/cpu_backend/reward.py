@@ -13,8 +13,10 @@ this strips by the production list instead of trusting the tokenizer's flags.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from training.model.tokenizer import QWEN_SPECIAL_TOKENS
@@ -25,6 +27,8 @@ from training.rewards.score import compute_score
 #: Tokens Qwen's tokenizer marks special (skipped by verl's decode); the tool-call, tool-
 #: response and think tags are added tokens that are *not* special, and stay.
 SKIPPED_TOKENS = tuple(t for t in QWEN_SPECIAL_TOKENS if "tool_" not in t and "think" not in t)
+#: A rollout's text in `rollouts.jsonl` is cut here: enough to read what went wrong.
+TRANSCRIPT_CHARS = 4_000
 
 
 def strip_special(text: str) -> str:
@@ -52,6 +56,10 @@ class ProjectReward:
 
     It also keeps the per-step malformed-call rate (the format-drift signal) and the mean
     of each reward component of the last batch, for logging and the drift guard.
+
+    With `transcript_path` every scored rollout is appended there as one JSON line (batch,
+    row, reward, components, text): what RL rewarded is what a person debugging a run needs
+    to read, and the mean reward alone hides it.
     """
 
     tokenizer: Any
@@ -60,6 +68,7 @@ class ProjectReward:
     drift_window: int = 3
     malformed_history: list[float] = field(default_factory=list)
     last_components: dict[str, float] = field(default_factory=dict)
+    transcript_path: Path | None = None
 
     def __post_init__(self) -> None:
         self.__name__ = "toolrl_reward"  # TRL names reward columns by `__name__`
@@ -88,11 +97,33 @@ class ProjectReward:
             components[f"reward/{key}"] = sum(values) / max(len(values), 1)
         components.update(drift.to_metrics(prefix="format"))
         self.last_components = components
+        if self.transcript_path is not None:
+            self._append_transcript(solutions, scores, kwargs.get("extra_info"))
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             for name, value in components.items():
                 log_metric(name, value)
         return [float(s["score"]) for s in scores]
+
+    def _append_transcript(
+        self, solutions: list[str], scores: list[dict[str, Any]], extra_info: object
+    ) -> None:
+        assert self.transcript_path is not None
+        batch = len(self.malformed_history) - 1
+        infos = list(extra_info) if isinstance(extra_info, Sequence) else []
+        with self.transcript_path.open("a", encoding="utf-8") as out:
+            for i, (text, score) in enumerate(zip(solutions, scores, strict=True)):
+                info = infos[i] if i < len(infos) and isinstance(infos[i], Mapping) else {}
+                record = {
+                    "batch": batch,
+                    "row": info.get("index"),
+                    "reward": float(score["score"]),
+                    "components": {
+                        k: v for k, v in score.items() if k != "score" and isinstance(v, float)
+                    },
+                    "text": text[:TRANSCRIPT_CHARS],
+                }
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     @property
     def drifting(self) -> bool:

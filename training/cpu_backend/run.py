@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from training.cpu_backend.grpo import run_grpo
+from training.cpu_backend.grpo import ROLLOUTS_FILE, run_grpo
 from training.cpu_backend.metrics import HEADLINE_RATES, EvalResult, evaluate
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
@@ -344,6 +344,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "rewards": grpo.rewards,
                 "reward_stds": grpo.reward_stds,
                 "malformed_history": grpo.malformed_history,
+                "rollouts": str(run_dir / ROLLOUTS_FILE),
             },
             "timings": timings,
             "tools": {**tool_usage(), "listed": sorted(s["function"]["name"] for s in schemas)},
@@ -354,5 +355,6 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         }
         report["plots"] = [str(p) for p in write_all(report, workdir / PLOTS)]
         tracker.log_artifacts(workdir / PLOTS, PLOTS)
+        tracker.log_artifact(run_dir / ROLLOUTS_FILE, "grpo")
         _write_json(workdir / REPORT, report)
     return result

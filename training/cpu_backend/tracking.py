@@ -64,6 +64,11 @@ class Tracker:
             return
         self._mlflow.log_artifacts(str(directory), artifact_path)
 
+    def log_artifact(self, path: Any, artifact_path: str) -> None:
+        if self._mlflow is None or not path.is_file():
+            return
+        self._mlflow.log_artifact(str(path), artifact_path)
+
     def __exit__(self, *exc: object) -> None:
         if self._mlflow is not None:
             self._mlflow.end_run(status="FAILED" if exc[0] else "FINISHED")
