@@ -48,3 +48,22 @@ def test_masters_survive_a_state_dict_round_trip() -> None:
     restored = MasterWeightAdamW([fresh], lr=1e-3)
     restored.load_state_dict(state)
     assert torch.equal(restored.masters[0], optimizer.masters[0])
+
+
+def test_a_step_without_gradients_leaves_the_bf16_weights_bit_identical() -> None:
+    """A skipped (flat) GRPO batch gives no gradients; re-rounding the masters anyway would
+    redraw every weight's stochastic rounding and move the model with no signal."""
+    moved = torch.nn.Parameter(torch.full((50_000,), 0.05).to(torch.bfloat16))
+    frozen = torch.nn.Parameter(torch.full((50_000,), 0.05).to(torch.bfloat16))
+    optimizer = MasterWeightAdamW([moved, frozen], stochastic_rounding=True, lr=1e-5)
+    moved.grad, frozen.grad = torch.ones_like(moved), torch.ones_like(frozen)
+    optimizer.step()  # the masters now sit between two bf16 values
+    optimizer.zero_grad()
+    before = frozen.detach().clone()
+    moved.grad = torch.ones_like(moved)  # only `moved` has a gradient this step
+    optimizer.step()
+    assert torch.equal(frozen.detach(), before)
+    optimizer.zero_grad()
+    snapshot = [moved.detach().clone(), frozen.detach().clone()]
+    optimizer.step()  # no gradients at all
+    assert all(torch.equal(p.detach(), s) for p, s in zip([moved, frozen], snapshot, strict=True))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 from transformers import TrainerCallback
 from trl.trainer.grpo_trainer import GRPOTrainer
 
@@ -101,6 +102,11 @@ def grpo_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
     }
 
 
+def is_flat(advantages: torch.Tensor) -> bool:
+    """True when no rollout's advantage differs from zero (all groups scored alike)."""
+    return bool((advantages == 0).all())
+
+
 def grpo_rows(train_file: Path) -> list[dict[str, Any]]:
     """Train rows as TRL reads them: chat prompt, ground truth, row index (for sessions)."""
     frame = pd.read_parquet(train_file, columns=["prompt", "reward_model", "extra_info"])
@@ -130,6 +136,8 @@ class GrpoResult:
     malformed_history: list[float] = field(default_factory=list)
     reward_stds: list[float] = field(default_factory=list)
     """Spread of the reward across each step's rollouts (TRL's `reward_std`)."""
+    flat_batches: int = 0
+    """Steps of this run whose groups all scored alike: no update was made."""
 
     @property
     def steps_per_s(self) -> float:
@@ -150,9 +158,18 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
     to TRL. The optimizer follows the model's dtype (`precision.py`)."""
 
     frozen_context = False
+    flat_batches = 0
+    """Optimizer steps skipped because every group's rollouts scored alike (no signal)."""
     _tool_mask: Any = None
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        if is_flat(inputs["advantages"]):
+            # Every group scored alike: the policy gradient is zero. A backward pass would
+            # leave only the KL term, and AdamW (momentum, per-weight normalisation) would
+            # turn that into a full-size step along the *previous* batch's direction. So no
+            # signal, no update: no parameter gets a gradient and the optimizer skips them.
+            self.flat_batches += 1
+            return torch.zeros((), requires_grad=True)
         # TRL masks tool tokens out of the loss after computing their log-probabilities;
         # the frozen-context path needs the mask earlier, to skip them altogether
         self._tool_mask = inputs.get("tool_mask")
@@ -328,4 +345,5 @@ def run_grpo(
         rewards=rewards,
         malformed_history=list(reward.malformed_history),
         reward_stds=stds,
+        flat_batches=trainer.flat_batches,
     )

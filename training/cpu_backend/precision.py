@@ -60,11 +60,17 @@ class MasterWeightAdamW(torch.optim.AdamW):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
+        stepped = []
         for param, master in zip(self.model_params, self.masters, strict=True):
+            stepped.append(param.grad is not None)
             master.grad = None if param.grad is None else param.grad.float()
             param.grad = None  # one copy of each gradient at a time: ~0.3 GB less at peak
         loss = super().step(closure)
-        for param, master in zip(self.model_params, self.masters, strict=True):
+        for param, master, moved in zip(self.model_params, self.masters, stepped, strict=True):
+            if not moved:
+                # AdamW skipped it, so its master is unchanged; re-rounding it would still
+                # draw a new bf16 value, noise that no gradient asked for
+                continue
             if self.stochastic_rounding and param.dtype == torch.bfloat16:
                 param.copy_(stochastic_bf16(master, self._generator))
             else:

@@ -341,6 +341,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             "grpo": {
                 "rollout_budget": budget.as_dict(),
                 "steps_trained": grpo.steps_trained,
+                "flat_batches": grpo.flat_batches,
                 "rewards": grpo.rewards,
                 "reward_stds": grpo.reward_stds,
                 "malformed_history": grpo.malformed_history,
