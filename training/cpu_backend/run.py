@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import random
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -24,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from training.cpu_backend.export import export_model
 from training.cpu_backend.grpo import ROLLOUTS_FILE, run_grpo
 from training.cpu_backend.metrics import HEADLINE_RATES, EvalResult, evaluate
 from training.cpu_backend.plots import write_all
@@ -44,15 +44,6 @@ REPORT = "cpu_report.json"
 and the quick eval before training, after SFT and after GRPO."""
 PLOTS = "plots"
 """PNGs beside the report (`plots.py`), also logged to the run's MLflow artifacts."""
-MODEL_FILES = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "special_tokens_map.json",
-)
 
 
 @contextmanager
@@ -141,19 +132,6 @@ def quick_eval(
     payload = asdict(result)
     _write_json(cache_file, payload)
     return payload
-
-
-def export_model(source: Path, target: Path) -> Path:
-    """The final weights and tokenizer as a plain Hugging Face directory (no optimizer)."""
-    scratch = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    for name in MODEL_FILES:
-        if (source / name).is_file():
-            shutil.copy2(source / name, scratch / name)
-    shutil.rmtree(target, ignore_errors=True)
-    scratch.rename(target)
-    return target
 
 
 def release_memory(resident: dict[str, float] | None = None, phase: str = "") -> float:
@@ -284,11 +262,12 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         )
         timings["grpo_s"] = grpo.seconds
         peaks["grpo"] = release_memory(resident, "grpo")
+        # the quick eval scores what ships: the export, not the checkpoint's working copy
+        model_dir = export_model(grpo.model_dir, workdir / "model")
         evals["grpo"] = quick_eval(
-            spec, grpo.model_dir, rows, schemas, runner, run_dir / "eval_grpo.json"
+            spec, model_dir, rows, schemas, runner, run_dir / "eval_grpo.json"
         )
         timings["eval_s"] = sum(float(e.get("seconds", 0.0)) for e in evals.values())
-        model_dir = export_model(grpo.model_dir, workdir / "model")
 
         speed = {
             "train/sft/steps_per_s": sft.steps_per_s,
