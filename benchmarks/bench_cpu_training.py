@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import shutil
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from training.evaluation.report import paired_bootstrap
 
 RESULTS = Path(__file__).parent / "results" / "cpu_training.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_smollm2.yaml"
@@ -47,26 +48,6 @@ TARGETS = {
     "exact_call_accuracy": 0.60,
     "abstention_rate": 0.60,
 }
-
-
-def paired_bootstrap(
-    before: Sequence[float], after: Sequence[float], draws: int = 4000, seed: int = 0
-) -> dict[str, float]:
-    """Mean of (after - before) over paired cases and its 90% percentile interval."""
-    if not before:
-        return {"cases": 0}
-    differences = [a - b for a, b in zip(after, before, strict=True)]
-    rng = random.Random(seed)
-    n = len(differences)
-    means = sorted(sum(differences[rng.randrange(n)] for _ in range(n)) / n for _ in range(draws))
-    return {
-        "cases": n,
-        "before": round(sum(before) / n, 4),
-        "after": round(sum(after) / n, 4),
-        "difference": round(sum(differences) / n, 4),
-        "ci90_low": round(means[int(0.05 * draws)], 4),
-        "ci90_high": round(means[int(0.95 * draws) - 1], 4),
-    }
 
 
 def journal(report: Path) -> dict[str, dict[str, Any]]:

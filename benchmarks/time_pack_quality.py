@@ -61,6 +61,29 @@ def figures(cases: Sequence[Any]) -> dict[str, Any]:
     }
 
 
+def paired_against(baseline: Sequence[Any], cases: Sequence[Any]) -> dict[str, Any]:
+    """This model minus the baseline (the SFT stage, say) on the cases both answered: tool
+    selection and exact call over tool cases, abstention over no-tool cases, with a paired
+    bootstrap 90% interval."""
+    from training.evaluation.report import paired_bootstrap
+
+    before = {c.case_id: c for c in baseline}
+    shared = [(before[c.case_id], c) for c in cases if c.case_id in before]
+
+    def paired(field: str) -> dict[str, float]:
+        pairs = [(b, a) for b, a in shared if getattr(a, field) is not None]
+        return paired_bootstrap(
+            [float(bool(getattr(b, field))) for b, _ in pairs],
+            [float(bool(getattr(a, field))) for _, a in pairs],
+        )
+
+    return {
+        "tool_selection": paired("selection_ok"),
+        "exact_call": paired("exact_calls"),
+        "abstention": paired("no_call_ok"),
+    }
+
+
 def read_cases(report: Path) -> list[Any]:
     """Sample 0 of every case, from the journal the runner keeps beside the report."""
     from training.evaluation.runner import journal_path
@@ -95,6 +118,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-turns", type=int, default=4, help="As the spec's rollout.max_turns.")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--note", default="", help="What was measured, if not the plan.")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="An eval report of the model this one started from (the SFT stage): adds the "
+        "paired difference on the same cases.",
+    )
     parser.add_argument(
         "--eval-out",
         type=Path,
@@ -144,6 +173,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             for name, goal in TARGETS.items()
         },
     }
+    if args.baseline:
+        payload["against_baseline"] = {
+            "baseline_report": str(args.baseline),
+            **paired_against(read_cases(args.baseline), cases),
+        }
     if args.training and args.training.is_file():
         trained = json.loads(args.training.read_text(encoding="utf-8"))
         payload["training"] = {
@@ -163,6 +197,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"[{figure['wilson95'][0]:.1%}, {figure['wilson95'][1]:.1%}]) target "
             f">= {target['min']:.0%}: {verdict}"
         )
+    for name, diff in (payload.get("against_baseline") or {}).items():
+        if isinstance(diff, dict) and diff.get("cases"):
+            print(
+                f"{name} vs baseline: {diff['difference']:+.1%} on {diff['cases']} paired cases "
+                f"(90% [{diff['ci90_low']:+.1%}, {diff['ci90_high']:+.1%}])"
+            )
     print(f"wrote {args.out}")
 
 

@@ -13,6 +13,7 @@ import html
 import json
 import math
 import os
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -129,6 +130,28 @@ def wilson_interval(rate: float, n: int, z: float = 1.645) -> tuple[float, float
     centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def paired_bootstrap(
+    before: Sequence[float], after: Sequence[float], draws: int = 4000, seed: int = 0
+) -> dict[str, float]:
+    """Mean of (after - before) over the same cases and its 90% percentile interval: two
+    models scored on one case set differ by less than their separate intervals suggest,
+    because the cases they share move both."""
+    if not before:
+        return {"cases": 0}
+    differences = [a - b for a, b in zip(after, before, strict=True)]
+    rng = random.Random(seed)
+    n = len(differences)
+    means = sorted(sum(differences[rng.randrange(n)] for _ in range(n)) / n for _ in range(draws))
+    return {
+        "cases": n,
+        "before": round(sum(before) / n, 4),
+        "after": round(sum(after) / n, 4),
+        "difference": round(sum(differences) / n, 4),
+        "ci90_low": round(means[int(0.05 * draws)], 4),
+        "ci90_high": round(means[int(0.95 * draws) - 1], 4),
+    }
 
 
 def rate_denominators(metrics: dict[str, Any]) -> dict[str, int]:
