@@ -139,6 +139,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     report = json.loads((workdir / "cpu_report.json").read_text())
     assert report["resumed_from"]["grpo"] == SAVE_FREQ
     assert report["grpo"]["steps_trained"] == GRPO_STEPS - SAVE_FREQ  # continued, not from 0
+    assert 0 <= report["grpo"]["flat_batches"] <= GRPO_STEPS - SAVE_FREQ
     assert sft_final.stat().st_mtime_ns == sft_stamp  # the warm start was not redone
     assert set(report["evals"]) == {"before", "sft", "grpo"}
     # every batch's rollouts were written with their row and reward; a batch the killed run

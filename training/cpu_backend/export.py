@@ -6,7 +6,7 @@ ships, on purpose. GRPO's updates are mostly below half a bf16 step, so rounding
 masters to the nearest bf16 value puts most weights back where SFT left them: measured on
 the time pack (175 held-out tool cases, same SFT model, same 8 GRPO steps), the nearest-
 rounded export scored +0.6 points exact call against SFT (paired 90% [-1.1, +2.3]) while
-the stochastic copy scored +2.3 [+0.6, +4.6], and tool selection +1.1 against +7.4. Each
+the stochastic copy scored +2.3 [+0.6, +4.0], and tool selection +1.1 against +6.3. Each
 stochastic weight is off by up to one bf16 step (in weight norm the rounding noise is
 larger than the update: 7.9e-4 against 1.8e-4), but the noise is independent across
 weights and averages out in every activation, while the update, kept in expectation, adds
