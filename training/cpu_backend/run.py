@@ -262,12 +262,11 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         )
         timings["grpo_s"] = grpo.seconds
         peaks["grpo"] = release_memory(resident, "grpo")
-        # the quick eval scores what ships: the export, not the checkpoint's working copy
-        model_dir = export_model(grpo.model_dir, workdir / "model")
         evals["grpo"] = quick_eval(
-            spec, model_dir, rows, schemas, runner, run_dir / "eval_grpo.json"
+            spec, grpo.model_dir, rows, schemas, runner, run_dir / "eval_grpo.json"
         )
         timings["eval_s"] = sum(float(e.get("seconds", 0.0)) for e in evals.values())
+        model_dir = export_model(grpo.model_dir, workdir / "model")
 
         speed = {
             "train/sft/steps_per_s": sft.steps_per_s,
