@@ -131,6 +131,7 @@ CONFIGURATIONS: dict[str, tuple[str, bool, str, int, bool]] = {
         2,
         True,
     ),
+    "fp32, frozen context but the question": ("float32", True, "compact", 2, True),
     "bf16, frozen context, Qwen3 JSON-schema tool list": ("bfloat16", True, "qwen3", 2, False),
     "bf16, frozen context, 1 thread": ("bfloat16", True, "compact", 1, False),
 }

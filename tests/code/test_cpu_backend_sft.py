@@ -103,3 +103,36 @@ def test_curriculum_rows_come_first_without_the_tool_block(
     texts = [tokenizer.decode(row["input_ids"]) for row in rows]
     assert ["# Tools" in text for text in texts] == [False, False, True]
     assert len(rows[0]["input_ids"]) < 1_000 < len(rows[2]["input_ids"])
+
+
+def _categories(rows: list[list[dict[str, Any]]], frame: pd.DataFrame) -> list[str]:
+    by_query = {
+        str(r["prompt"][-1]["content"]): str(r["category"]) for r in frame.to_dict("records")
+    }
+    return [by_query[next(m["content"] for m in row if m["role"] == "user")] for row in rows]
+
+
+def test_category_weights_bias_a_partial_pass_toward_heavier_categories(
+    frame: pd.DataFrame,
+) -> None:
+    steps, batch = 6, 4  # 24 of the split's rows: a partial pass, as in the demo
+    plain = _categories(sft_rows(frame, steps, batch, seed=0), frame)
+    heavy = _categories(
+        sft_rows(frame, steps, batch, seed=0, category_weights={"parallel": 50.0}), frame
+    )
+    share = sum(c == "parallel" for c in frame["category"]) / len(frame)
+    assert sum(c == "parallel" for c in heavy) > max(
+        sum(c == "parallel" for c in plain), share * 24
+    )
+    assert heavy == _categories(
+        sft_rows(frame, steps, batch, seed=0, category_weights={"parallel": 50.0}), frame
+    )  # still a seeded, resumable order
+
+
+def test_weighted_pass_repeats_no_row_before_every_row_has_appeared(frame: pd.DataFrame) -> None:
+    english = frame[frame["language"] == "en"]  # one tool prompt: one group, one pass order
+    assert len({str(r["prompt"][0]["content"]) for r in english.to_dict("records")}) == 1
+    steps = len(english) // 4
+    rows = sft_rows(english, steps, 4, seed=1, category_weights={"parallel": 3.0, "single": 0.5})
+    queries = [next(m["content"] for m in row if m["role"] == "user") for row in rows]
+    assert len(set(queries)) == len(queries) == steps * 4

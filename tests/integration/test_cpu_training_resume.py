@@ -23,6 +23,7 @@ import torch
 import yaml
 
 from training.checkpoints.layout import MARKER, TRACKER
+from training.cpu_backend.compute_dtype import PIN_FILE, choose, cpu_flags
 from training.jobs.result import TrainingResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -53,6 +54,7 @@ SPEC: dict[str, Any] = {
         "eval_rows": 2,
         "eval_max_new_tokens": 12,
         "threads": 2,
+        "dtype": "auto",  # chosen from this CPU's flags and pinned across the kill
     },
 }
 
@@ -142,6 +144,12 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     assert 0 <= report["grpo"]["flat_batches"] <= GRPO_STEPS - SAVE_FREQ
     assert sft_final.stat().st_mtime_ns == sft_stamp  # the warm start was not redone
     assert set(report["evals"]) == {"before", "sft", "grpo"}
+    expected = choose("auto", cpu_flags())
+    assert report["compute_dtype"] == {
+        "requested": "auto",
+        **{"dtype": expected.dtype, "reason": expected.reason},
+    }
+    assert json.loads((run_dir / PIN_FILE).read_text())["dtype"] == expected.dtype
     # every batch's rollouts were written with their row and reward; a batch the killed run
     # scored after its last checkpoint is scored again, so batches may repeat, never miss
     rollouts = Path(report["grpo"]["rollouts"]).read_text(encoding="utf-8").splitlines()

@@ -82,11 +82,15 @@ def test_a_short_sft_lowers_the_loss_and_the_checkpoint_reloads(
 
     from serving.engine.engine import generate
     from serving.tools import get_catalog
+    from training.cpu_backend.compute_dtype import choose, cpu_flags
     from training.cpu_backend.packed_loss import frozen_context_sft_loss
+    from training.cpu_backend.precision import torch_dtype
     from training.cpu_backend.sft import run_sft, sft_rows, tokenize_rows
     from training.spec.model import TrainingSpec
 
     data = tiny_dataset(tmp_path / "data")
+    # bf16 where this CPU has it natively, else float32: emulated bf16 is ~10x slower
+    dtype = choose("auto", cpu_flags()).dtype
     spec = TrainingSpec.model_validate(
         {
             "name": "smollm2-sft-test",
@@ -98,7 +102,7 @@ def test_a_short_sft_lowers_the_loss_and_the_checkpoint_reloads(
             },
             "batch": {"ppo_mini_batch_size": 4},
             "cpu": {
-                "dtype": "bfloat16",
+                "dtype": dtype,
                 "frozen_context": True,
                 "sft_steps": 5,
                 "sft_batch_size": 2,
@@ -127,10 +131,10 @@ def test_a_short_sft_lowers_the_loss_and_the_checkpoint_reloads(
         with torch.no_grad():
             return float(frozen_context_sft_loss(model, ids, mask, labels))
 
-    before = loss_of(AutoModelForCausalLM.from_pretrained(str(smollm2), dtype=torch.bfloat16))
+    before = loss_of(AutoModelForCausalLM.from_pretrained(str(smollm2), dtype=torch_dtype(dtype)))
     result = run_sft(spec, smollm2, data / "train.parquet", tmp_path / "run", schemas)
     assert result.steps == 5 and (result.model_dir / "COMPLETE").is_file()
-    reloaded = AutoModelForCausalLM.from_pretrained(str(result.model_dir), dtype=torch.bfloat16)
+    reloaded = AutoModelForCausalLM.from_pretrained(str(result.model_dir), dtype=torch_dtype(dtype))
     after = loss_of(reloaded)
     assert after < 0.8 * before, (before, after)
     prompt = tokenizer.apply_chat_template(

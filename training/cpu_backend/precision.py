@@ -104,7 +104,12 @@ class MasterWeightAdamW(torch.optim.AdamW):
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+    """The torch dtype of a resolved `cpu.dtype` (`auto` is resolved per run first, by
+    `compute_dtype.pinned_choice`)."""
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if name not in dtypes:
+        raise ValueError(f"compute dtype {name!r} is not resolved: expected float32 or bfloat16")
+    return dtypes[name]
 
 
 def build_optimizer(

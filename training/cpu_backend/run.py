@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from training.cpu_backend.compute_dtype import pinned_choice
 from training.cpu_backend.export import export_model
 from training.cpu_backend.grpo import ROLLOUTS_FILE, run_grpo
 from training.cpu_backend.metrics import HEADLINE_RATES, EvalResult, evaluate
@@ -219,6 +220,9 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     run_dir = run_dir if run_dir.is_absolute() else workdir / run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = resolve_paths(spec, workdir)
+    spec_hash = spec.spec_hash()  # the spec as written: cpu.dtype auto stays auto in lineage
+    precision = pinned_choice(spec.cpu.dtype, run_dir)
+    spec = spec.model_copy(update={"cpu": spec.cpu.model_copy(update={"dtype": precision.dtype})})
     train_file = Path(spec.data.train_files[0])
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -289,7 +293,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             "status": status,
             "final_step": grpo.final_step,
             "planned_step": grpo.planned_steps,
-            "spec_hash": spec.spec_hash(),
+            "spec_hash": spec_hash,
             "dataset_version": _dataset_version(spec),
             "checkpoint_dir": str(run_dir),
             "merged_model_dir": str(model_dir),
@@ -325,6 +329,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "malformed_history": grpo.malformed_history,
                 "rollouts": str(run_dir / ROLLOUTS_FILE),
             },
+            "compute_dtype": asdict(precision),
             "timings": timings,
             "tools": {**tool_usage(), "listed": sorted(s["function"]["name"] for s in schemas)},
             "peak_rss_gib": peaks,

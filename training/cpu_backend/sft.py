@@ -82,13 +82,39 @@ def trajectory(row: Mapping[Any, Any]) -> list[dict[str, Any]]:
     return messages
 
 
+def _weighted_order(
+    records: list[dict[Any, Any]],
+    members: list[int],
+    weights: Mapping[str, float],
+    rng: random.Random,
+) -> list[int]:
+    """A seeded order of `members` in which rows of heavier categories tend to come first
+    (Efraimidis-Spirakis keys, u ** (1 / w)): a run that sees only part of the split sees
+    more of them, and no row repeats before every row has appeared once."""
+
+    def key(index: int) -> float:
+        weight = weights.get(str(records[index].get("category", "")), 1.0)
+        return float(rng.random() ** (1.0 / weight))
+
+    keys = {index: key(index) for index in members}
+    return sorted(members, key=lambda index: keys[index], reverse=True)
+
+
 def sft_rows(
-    frame: pd.DataFrame, steps: int, batch_size: int, seed: int
+    frame: pd.DataFrame,
+    steps: int,
+    batch_size: int,
+    seed: int,
+    category_weights: Mapping[str, float] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """`steps * batch_size` examples in training order (cycling through the split if it
     is smaller). Each consecutive batch shares one system prompt, so the rows of a batch
     share their whole tool prompt (see `prefix.py`); batches come in a seeded random
-    order, and the trainer reads them sequentially (which also makes resume exact)."""
+    order, and the trainer reads them sequentially (which also makes resume exact).
+
+    `category_weights` (`cpu.sft_category_weights`) bias which rows a partial pass takes:
+    with the demo's 130 steps of 8 rows the model sees 1,040 of 1,788 time-pack rows, and
+    the weights decide which. Without them every row is equally likely (a plain shuffle)."""
     rng = random.Random(seed)
     records = frame.to_dict("records")
     groups: dict[str, list[int]] = {}
@@ -96,8 +122,11 @@ def sft_rows(
         groups.setdefault(str(record["prompt"][0]["content"]), []).append(index)
     batches: list[list[int]] = []
     for members in groups.values():
-        order = list(members)
-        rng.shuffle(order)
+        if category_weights:
+            order = _weighted_order(records, members, category_weights, rng)
+        else:
+            order = list(members)
+            rng.shuffle(order)
         share = max(1, round(steps * len(members) / len(records)))
         cycled = [order[i % len(order)] for i in range(share * batch_size)]
         batches += [cycled[i : i + batch_size] for i in range(0, len(cycled), batch_size)]
@@ -252,7 +281,8 @@ def run_sft(
     sft_dir.mkdir(parents=True, exist_ok=True)
     frame = pd.read_parquet(train_file)
     tokenizer = AutoTokenizer.from_pretrained(str(base_model))
-    trajectories = sft_rows(frame, cpu.sft_steps, cpu.sft_batch_size, cpu.seed)
+    weights = {str(category): weight for category, weight in cpu.sft_category_weights.items()}
+    trajectories = sft_rows(frame, cpu.sft_steps, cpu.sft_batch_size, cpu.seed, weights)
     rows, dropped = tokenize_rows(
         tokenizer,
         trajectories,

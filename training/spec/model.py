@@ -13,8 +13,16 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    model_validator,
+)
 
+from training.data.schema import Category
 from training.rewards.config import RewardConfig
 
 CallFormat = Literal["hermes", "qwen3_coder"]
@@ -242,6 +250,12 @@ class CpuSection(_Section):
         description="SFT cosine schedule floor as a share of sft_lr: the full-prompt steps "
         "come last in the curriculum and still need a learning rate to adapt.",
     )
+    sft_category_weights: dict[Category, PositiveFloat] = Field(
+        default_factory=dict,
+        description="Relative chance that an SFT pass takes a row of each category (absent: "
+        "1.0). A run shorter than one epoch sees more of the heavier ones; rows never repeat "
+        "before every row has appeared once (cpu_backend/sft.py `sft_rows`).",
+    )
     sft_max_length: int = Field(
         default=4_096, ge=256, description="SFT rows longer than this are dropped, never cut."
     )
@@ -250,10 +264,12 @@ class CpuSection(_Section):
     )
     eval_max_new_tokens: int = Field(default=96, ge=8, description="Tokens per eval turn.")
     eval_batch_size: int = Field(default=16, ge=1, description="Eval rows generated together.")
-    dtype: Literal["float32", "bfloat16"] = Field(
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="float32",
         description="Weights for compute. bfloat16: 4-8x faster matmuls on AVX512-BF16/AMX "
-        "CPUs, with fp32 master weights in the optimizer (cpu_backend/precision.py).",
+        "CPUs, with fp32 master weights in the optimizer (cpu_backend/precision.py), and ~10x "
+        "slower than float32 where bf16 is emulated (AVX2 only). auto: bfloat16 where the CPU "
+        "has it natively, else float32; pinned in the run dir (cpu_backend/compute_dtype.py).",
     )
     frozen_context: bool = Field(
         default=False,
