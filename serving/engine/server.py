@@ -33,6 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from serving.answer_stream import AnswerStream
+from serving.engine.cpu_dtype import choose
 from serving.engine.engine import Engine, Request, Sampling
 from serving.engine.signals import ALONE_SIGNAL, SHARE_SIGNAL
 from serving.engine.token_feed import TokenFeed
@@ -487,7 +488,9 @@ def load(model_dir: str, name: str, dtype: str, max_rows: int, threads: int | No
     if threads:
         torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    choice = choose(dtype)
+    logger.info("engine dtype %s: %s", choice.dtype, choice.reason)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[choice.dtype]
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).eval()
     stop_ids = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
     for token in ("<|im_end|>", "<|endoftext|>"):
@@ -504,7 +507,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--served-model-name", default="toolrl")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
-    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", "bfloat16", "float32"),
+        default="auto",
+        help="auto: bfloat16 where the CPU has it natively (AVX512-BF16, AMX), else float32.",
+    )
     parser.add_argument("--max-rows", type=int, default=16, help="Requests decoded together.")
     parser.add_argument("--threads", type=int, default=None, help="torch threads.")
     parser.add_argument("--max-tokens", type=int, default=512, help="Default max_tokens.")

@@ -104,7 +104,7 @@ def build_command(config: BackendConfig) -> list[str]:
             "--served-model-name", config.served_model_name,
             "--host", config.host,
             "--port", str(config.port),
-            "--dtype", "bfloat16" if config.dtype == "auto" else config.dtype,
+            "--dtype", config.dtype,  # the engine resolves auto by the CPU (cpu_dtype.py)
         ]  # fmt: skip
         if config.nice:
             command += ["--nice", str(config.nice)]

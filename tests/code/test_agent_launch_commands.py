@@ -66,6 +66,20 @@ def test_transformers_serve_pins_the_model_on_cpu() -> None:
     assert config.completion_extra == {}  # it rejects unknown fields with 422
 
 
+def test_the_cpu_engine_gets_auto_and_resolves_it_by_the_cpu() -> None:
+    """bf16 is the engine's choice only where the CPU multiplies it natively (emulated bf16
+    ran 12.7x slower than float32 on an AVX2-only EPYC, sft_step_avx2.json)."""
+    from serving.engine.cpu_dtype import choose
+    from serving.engine.server import main
+
+    command = build_command(BackendConfig(backend="cpu", model_dir=Path("/m"), port=9000))
+    assert flag(command, "--dtype") == "auto"
+    assert choose("auto", frozenset({"avx2", "fma"})).dtype == "float32"
+    assert choose("auto", frozenset({"avx2", "amx_bf16"})).dtype == "bfloat16"
+    with pytest.raises(SystemExit):
+        main(["--model", "/m", "--dtype", "float16"])  # refused before any model loads
+
+
 @pytest.mark.parametrize(
     "bad",
     [

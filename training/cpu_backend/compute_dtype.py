@@ -1,76 +1,24 @@
-"""Which dtype the CPU backend computes in: `cpu.dtype: auto` asks the CPU, once per run.
+"""The CPU backend's compute dtype for one run: chosen once (`serving/engine/cpu_dtype.py`:
+bf16 only where the CPU has it natively) and pinned in the run directory.
 
-bf16 is the demo's speed-up only where the CPU multiplies bf16 natively (AVX512-BF16 or
-AMX). Elsewhere oneDNN emulates it, and the same SFT step runs an order of magnitude slower
-than fp32 (measured on a 2-core AMD EPYC with AVX2 only: 343 s against 27 s,
-`benchmarks/results/sft_step_avx2.json`), which turns the demo's 10-minute SFT into half a
-day. So `auto` takes bf16 where it is native and fp32 everywhere else.
-
-The choice is pinned in the run directory when the run starts: a run resumed on another
-machine keeps the dtype its checkpoints and optimizer state were written with (a bf16 run's
-optimizer holds fp32 master weights, a float32 run's does not).
+Pinned because a run resumed on another machine must keep the dtype its checkpoints and
+optimizer state were written with (a bf16 run's optimizer holds fp32 master weights, a
+float32 run's does not).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
+
+from serving.engine.cpu_dtype import DtypeChoice, choose, cpu_flags
 
 logger = logging.getLogger(__name__)
 
-ComputeDtype = Literal["float32", "bfloat16"]
 PIN_FILE = "compute_dtype.json"
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-"""/proc/cpuinfo flags of x86 CPUs with bf16 matmul instructions."""
-
-
-@dataclass(frozen=True)
-class DtypeChoice:
-    requested: str
-    dtype: ComputeDtype
-    reason: str
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The first processor's feature flags; empty where the file is absent (not Linux)."""
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
-
-
-def choose(requested: str, flags: frozenset[str]) -> DtypeChoice:
-    """`requested` as it runs on a CPU with `flags`: an explicit dtype is kept (with a
-    warning when bf16 is emulated), `auto` becomes bf16 only where it is native."""
-    native = sorted(NATIVE_BF16_FLAGS & flags)
-    if requested == "float32":
-        return DtypeChoice(requested, "float32", "set in the spec")
-    if requested == "bfloat16":
-        reason = "set in the spec" + (
-            f" (native: {', '.join(native)})"
-            if native
-            else "; this CPU has no native bf16, so it is emulated and runs about 10x slower "
-            "than float32 here: set cpu.dtype: auto"
-        )
-        return DtypeChoice(requested, "bfloat16", reason)
-    if requested != "auto":
-        raise ValueError(f"cpu.dtype must be auto, float32 or bfloat16, not {requested!r}")
-    if native:
-        return DtypeChoice(requested, "bfloat16", f"auto: native bf16 ({', '.join(native)})")
-    return DtypeChoice(
-        requested,
-        "float32",
-        "auto: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 flag), and emulated "
-        "bf16 runs about 10x slower than float32",
-    )
+__all__ = ["PIN_FILE", "DtypeChoice", "choose", "cpu_flags", "pinned_choice"]
 
 
 def pinned_choice(
