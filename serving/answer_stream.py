@@ -86,9 +86,13 @@ def visible(
             cut, ended_by = at, reason
     if ended_by is not None:
         return Visible(prose[:cut].rstrip(), ended_by)
-    if not final and not in_reasoning:
-        held = _held_suffix(prose, [*markers, *stops, THINK_OPEN])
-        prose = prose[: len(prose) - held].rstrip(_REPLACEMENT).rstrip()
+    if not final:
+        if not in_reasoning:
+            held = _held_suffix(prose, [*markers, *stops, THINK_OPEN])
+            prose = prose[: len(prose) - held]
+        # trailing whitespace waits even before an open reasoning block: a call marker may
+        # follow the block, and the prose before a call is trimmed
+        prose = prose.rstrip(_REPLACEMENT).rstrip()
     return Visible(prose)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from serving.answer_stream import AnswerStream, visible
@@ -54,6 +54,7 @@ def test_deltas_add_up_to_the_visible_prose_whatever_the_chunking(
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(WORDS, max_size=10).map("".join), st.lists(WORDS, max_size=6).map("".join))
+@example(text="Hello <think>", continuation="</think><function=")  # found by Hypothesis in CI
 def test_what_was_sent_stays_true_whatever_comes_next(text: str, continuation: str) -> None:
     stream = AnswerStream(stops=["END"])
     sent = "".join(stream.feed(char) for char in text)
