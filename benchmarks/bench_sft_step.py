@@ -37,9 +37,11 @@ def batch(tokenizer: Any, rows: int, template: str | None) -> dict[str, torch.Te
     from training.data.config import GenerationConfig
     from training.data.generate import generate_dataset
 
-    folder = Path(tempfile.mkdtemp(prefix="bench-sft-"))
-    generate_dataset(GenerationConfig(n=200, seed=0, chinese_fraction=0.0), folder, progress=False)
-    frame = pd.read_parquet(folder / "train.parquet").sample(rows, random_state=0)
+    with tempfile.TemporaryDirectory(prefix="bench-sft-") as scratch:  # nothing left in /tmp
+        folder = Path(scratch)
+        config = GenerationConfig(n=200, seed=0, chinese_fraction=0.0)
+        generate_dataset(config, folder, progress=False)
+        frame = pd.read_parquet(folder / "train.parquet").sample(rows, random_state=0)
     encoded = []
     for row in frame.to_dict("records"):
         out = tokenizer.apply_chat_template(
