@@ -136,3 +136,38 @@ def test_weighted_pass_repeats_no_row_before_every_row_has_appeared(frame: pd.Da
     rows = sft_rows(english, steps, 4, seed=1, category_weights={"parallel": 3.0, "single": 0.5})
     queries = [next(m["content"] for m in row if m["role"] == "user") for row in rows]
     assert len(set(queries)) == len(queries) == steps * 4
+
+
+def test_call_boundary_needs_the_closing_tag_as_one_token(tmp_path: Path) -> None:
+    """The prepared tokenizer has `</tool_call>` as one token; one that splits it has no
+    single place where a call ends, and the weight is refused with the fix named."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from training.cpu_backend.sft import call_close_token
+    from training.model.tokenizer import build_tokenizer
+
+    prepared = build_tokenizer(tmp_path, "hermes", 8_192)
+    token = call_close_token(prepared)
+    assert prepared.convert_ids_to_tokens(token) == "</tool_call>"
+
+    characters = sorted(set("</tool_call>"))
+    raw = Tokenizer(models.WordLevel({c: i for i, c in enumerate(["?", *characters])}, "?"))
+    raw.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    splitting = PreTrainedTokenizerFast(tokenizer_object=raw)
+    with pytest.raises(ValueError, match=r"one token.*toolrl model prepare"):
+        call_close_token(splitting)
+
+
+def test_call_boundary_weight_is_bounded_and_needs_the_frozen_context() -> None:
+    from pydantic import ValidationError
+
+    from training.spec.model import CpuSection
+
+    assert CpuSection().sft_call_boundary_weight == 1.0  # off unless a spec asks
+    assert CpuSection(frozen_context=True, sft_call_boundary_weight=5).sft_call_boundary_weight == 5
+    for bad in (0.5, 0.0, -3, 51, float("nan"), "heavy"):
+        with pytest.raises(ValidationError):
+            CpuSection(frozen_context=True, sft_call_boundary_weight=bad)
+    with pytest.raises(ValidationError, match="frozen-context SFT loss only"):
+        CpuSection(frozen_context=False, sft_call_boundary_weight=5)

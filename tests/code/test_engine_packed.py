@@ -298,3 +298,39 @@ def test_a_batch_that_shares_its_question_has_nothing_to_open() -> None:
     trained = [torch.tensor([4]), torch.tensor([4])]
     assert [p.tolist() for p in question_positions(same, trained)] == [[], []]
     assert question_positions([], []) == []
+
+
+def test_call_boundary_weight_scales_only_the_choice_after_a_closing_tag(model: Any) -> None:
+    """`cpu.sft_call_boundary_weight`: the loss is the plain per-token cross-entropy with the
+    token after each trained closing tag counted `weight` times, over the same token count;
+    a closing tag in the context (not trained) weighs nothing; weight 1 is the plain loss."""
+    from training.cpu_backend.packed_loss import CallBoundary
+
+    model.set_attn_implementation("sdpa")
+    ids, mask, labels = sft_batch()
+    close = VOCAB - 2
+    ids[1:, 45] = close  # inside the first assistant run (rows 1, 2; row 0 ends at 45)
+    labels[1:, 45] = close
+    ids[:, 50] = close  # in the context between the runs: not trained, so never weighted
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        per_token = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, VOCAB),
+            labels[:, 1:].reshape(-1),
+            ignore_index=-100,
+            reduction="none",
+        ).reshape(labels[:, 1:].shape)
+    trained = labels[:, 1:] != -100
+    weights = torch.where((ids[:, :-1] == close) & trained, 4.0, 1.0)
+    expected = float((per_token * weights)[trained].sum() / trained.sum())
+    plain = float(per_token[trained].sum() / trained.sum())
+    assert (
+        int(((ids[:, :-1] == close) & trained).sum()) == 2
+    )  # one weighted choice in each of rows 1, 2
+    weighted = frozen_context_sft_loss(model, ids, mask, labels, boundary=CallBoundary(close, 4.0))
+    assert weighted.item() == pytest.approx(expected, rel=1e-5)
+    assert weighted.item() != pytest.approx(plain, rel=1e-3)
+    unweighted = frozen_context_sft_loss(
+        model, ids, mask, labels, boundary=CallBoundary(close, 1.0)
+    )
+    assert unweighted.item() == pytest.approx(plain, rel=1e-5)

@@ -31,7 +31,7 @@ from training.cpu_backend.checkpoints import (
     actor_path,
     latest_complete_step,
 )
-from training.cpu_backend.packed_loss import frozen_context_sft_loss
+from training.cpu_backend.packed_loss import CallBoundary, frozen_context_sft_loss
 from training.cpu_backend.precision import PrecisionMixin, torch_dtype
 from training.cpu_backend.prefix import causal_lm_loss
 from training.cpu_backend.tools import ToolSchema
@@ -39,6 +39,7 @@ from training.data.schema import Category, GroundTruth
 from training.spec.model import TrainingSpec
 
 FINAL_DIR = "final"
+CALL_CLOSE = "</tool_call>"
 
 
 def tool_text(result: Any) -> str:
@@ -174,6 +175,18 @@ def tokenize_rows(
     return rows, dropped
 
 
+def call_close_token(tokenizer: Any) -> int:
+    """The id of `</tool_call>`, one token in a prepared model (`model/prepare.py`); a
+    tokenizer that splits it has no single place where a call ends, so it is refused."""
+    ids = tokenizer.encode(CALL_CLOSE, add_special_tokens=False)
+    if len(ids) != 1:
+        raise ValueError(
+            f"cpu.sft_call_boundary_weight needs {CALL_CLOSE} as one token; this tokenizer "
+            f"splits it into {len(ids)}: prepare the model with `toolrl model prepare`"
+        )
+    return int(ids[0])
+
+
 class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
     """TRL's SFT trainer with the loss computed by `prefix.causal_lm_loss` (same loss, the
     tool prompt run once per batch) or, with `frozen_context`, by
@@ -181,6 +194,7 @@ class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
 
     frozen_context = False
     question_gradient = False
+    call_boundary: CallBoundary | None = None
 
     def compute_loss(
         self,
@@ -192,7 +206,10 @@ class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
         args = (model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
         if self.frozen_context:
             loss = frozen_context_sft_loss(
-                *args, num_items_in_batch, question_gradient=self.question_gradient
+                *args,
+                num_items_in_batch,
+                question_gradient=self.question_gradient,
+                boundary=self.call_boundary,
             )
         else:
             loss = causal_lm_loss(*args, num_items_in_batch)
@@ -307,6 +324,10 @@ def run_sft(
     )
     trainer.frozen_context = cpu.frozen_context
     trainer.question_gradient = cpu.sft_question_gradient
+    if cpu.sft_call_boundary_weight != 1.0:
+        trainer.call_boundary = CallBoundary(
+            call_close_token(tokenizer), cpu.sft_call_boundary_weight
+        )
     trainer.toolrl_dtype = cpu.dtype
     resume = latest_complete_step(sft_dir)
     start = time.perf_counter()

@@ -284,11 +284,29 @@ class CpuSection(_Section):
         "learn to read what its pretraining never saw, such as Chinese city names "
         "(cpu_backend/packed_loss.py `question_positions`).",
     )
+    sft_call_boundary_weight: float = Field(
+        default=1.0,
+        ge=1.0,
+        le=50.0,
+        description="With frozen_context: the SFT loss weight of the token after each "
+        "</tool_call>, where the model chooses between another call in the same turn "
+        "(parallel calls) and ending the turn; every other assistant token weighs 1 "
+        "(cpu_backend/packed_loss.py `boundary_weights`).",
+    )
     mcp: Literal["embedded", "external"] = Field(
         default="embedded",
         description="embedded: start a mock-mode MCP server on a free loopback port for the "
         "run; external: use tools.server_url (a server that is already running).",
     )
+
+    @model_validator(mode="after")
+    def _boundary_weight_needs_frozen_context(self) -> CpuSection:
+        if self.sft_call_boundary_weight != 1.0 and not self.frozen_context:
+            raise ValueError(
+                "cpu.sft_call_boundary_weight applies to the frozen-context SFT loss only: "
+                "set cpu.frozen_context: true, or leave the weight at 1.0"
+            )
+        return self
 
 
 class TrainingSpec(_Section):
