@@ -235,7 +235,8 @@ class CallBoundary:
     parallel call) and ending the turn. That is one token in ~60 of a row, and in the time
     pack 6 of 7 such choices end the turn, so a plain mean loss lets a 135M model learn the
     majority and not the question that decides it: teacher-forced after SFT, the chance of a
-    second call was ~0.11 on every parallel row alike, train rows included."""
+    second call is about the same on parallel rows as on single ones, train rows included
+    (`benchmarks/diag_parallel_choice.py`; figures in docs/parts/cpu_backend.md)."""
 
     token_id: int
     weight: float
