@@ -40,18 +40,10 @@ def openai_tools(data: Path) -> list[dict[str, Any]]:
         from serving.tools import get_catalog
 
         return list(get_catalog().openai_schemas())
+    from training.cpu_backend.tools import openai_function
+
     tools = json.loads(tools_file.read_text(encoding="utf-8"))
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": tool["name"],
-                "description": tool.get("description", ""),
-                "parameters": tool.get("inputSchema", {"type": "object", "properties": {}}),
-            },
-        }
-        for tool in tools
-    ]
+    return [openai_function(tool) for tool in tools]
 
 
 def mean_and_interval(values: Sequence[float]) -> dict[str, Any]:

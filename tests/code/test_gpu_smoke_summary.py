@@ -3,27 +3,19 @@ unedited excerpt of the job log of the H200 run (2 GRPO steps, 2026-11-30)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from testkit.benchmark_scripts import load_benchmark
+
 EXCERPT = Path(__file__).parent / "fixtures" / "verl_h200_job_log_excerpt.txt"
 
 
 @pytest.fixture(scope="module")
 def summary() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_smoke_summary", ROOT / "benchmarks" / "gpu_verl_smoke.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_verl_smoke")
 
 
 def test_step_lines_give_timings_throughput_and_numpy_wrapped_metrics(summary: ModuleType) -> None:

@@ -4,8 +4,6 @@ newline and a second call and a single row's ends the turn."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,21 +11,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from testkit.benchmark_scripts import load_benchmark
 from training.data.config import GenerationConfig
 from training.data.generate import generate_dataset
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def diag() -> ModuleType:
-    path = ROOT / "benchmarks" / "diag_parallel_choice.py"
-    spec = importlib.util.spec_from_file_location("diag_parallel_choice", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("diag_parallel_choice")
 
 
 @pytest.fixture(scope="module")

@@ -3,29 +3,20 @@ unseen rows of the training templates, and its lexical reference classifies them
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pandas as pd
 import pytest
 
+from testkit.benchmark_scripts import load_benchmark
 from training.data.config import GenerationConfig
 from training.data.generate import generate_dataset
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def diag() -> ModuleType:
-    path = ROOT / "benchmarks" / "diag_template_generalization.py"
-    spec = importlib.util.spec_from_file_location("diag_template_generalization", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("diag_template_generalization")
 
 
 def test_new_rows_share_templates_but_no_query_with_train(diag: ModuleType, tmp_path: Path) -> None:

@@ -34,6 +34,19 @@ from serving.mcp_client.http import McpHttpClient
 ToolSchema = dict[str, Any]
 
 
+def openai_function(tool: Mapping[str, Any]) -> ToolSchema:
+    """One MCP `tools/list` entry in OpenAI function form, the shape chat templates render:
+    rollouts and the diagnostics must show the model the same prompt."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool["name"],
+            "description": tool.get("description", ""),
+            "parameters": tool.get("inputSchema", {"type": "object", "properties": {}}),
+        },
+    }
+
+
 class McpToolRunner:
     """Sync facade over `McpHttpClient`: one event loop thread, one connection pool."""
 
@@ -59,18 +72,7 @@ class McpToolRunner:
 
     def list_tools(self) -> list[ToolSchema]:
         """The server's tools in OpenAI function form (what chat templates render)."""
-        tools = self._run(self._client.list_tools())
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool["name"],
-                    "description": tool.get("description", ""),
-                    "parameters": tool.get("inputSchema", {"type": "object", "properties": {}}),
-                },
-            }
-            for tool in tools
-        ]
+        return [openai_function(tool) for tool in self._run(self._client.list_tools())]
 
     def next_seq(self, session: str) -> int:
         with self._lock:
