@@ -9,9 +9,10 @@ this filter releases text only when no later token can change its meaning:
   `tool_calls`, once the reply is complete;
 - at a stop string the reply ends (the caller stops generating);
 - `<think>...</think>` blocks are never shown;
-- a suffix that could still grow into a marker, a stop string or `<think>`, a trailing
-  U+FFFD (half of a multi-byte character) and trailing whitespace (the answer a user gets
-  is trimmed) are held back until the next piece decides.
+- a suffix that could still grow into a marker, a stop string or `<think>` (also across a
+  reasoning block that is open or may be opening: removed, it joins what is on either
+  side), a trailing U+FFFD (half of a multi-byte character) and trailing whitespace (the
+  answer a user gets is trimmed) are held back until the next piece decides.
 
 The engine server (`serving/engine/server.py`) filters its token stream with it, and the
 agent loop filters every upstream's deltas with it, so a stream from vLLM, the CPU engine or
@@ -87,9 +88,16 @@ def visible(
     if ended_by is not None:
         return Visible(prose[:cut].rstrip(), ended_by)
     if not final:
+        watched = [*markers, *stops]
+        block_may_vanish = in_reasoning
         if not in_reasoning:
-            held = _held_suffix(prose, [*markers, *stops, THINK_OPEN])
+            held = _held_suffix(prose, [*watched, THINK_OPEN])
+            block_may_vanish = held > 0 and THINK_OPEN.startswith(prose[len(prose) - held :])
             prose = prose[: len(prose) - held]
+        if block_may_vanish:
+            # a reasoning block that is removed joins what precedes it to what follows it:
+            # `EN<think></think>D` ends at the stop `END`, so `EN` must wait for the block
+            prose = prose[: len(prose) - _held_suffix(prose, watched)]
         # trailing whitespace waits even before an open reasoning block: a call marker may
         # follow the block, and the prose before a call is trimmed
         prose = prose.rstrip(_REPLACEMENT).rstrip()
