@@ -60,7 +60,7 @@ mcp-servers:
 	else echo "npm not found: the npm MCP servers (server-memory) are not installed"; fi
 
 unit: setup node-client
-	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(BIN)/pytest -q -p no:cacheprovider
+	AIRFLOW_HOME=$(CURDIR)/.airflow-test $(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 test: lint typecheck unit
 
