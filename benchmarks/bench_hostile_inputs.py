@@ -63,7 +63,7 @@ def model_output_cases() -> dict[str, str]:
 
 
 def bench_model_output(repeats: int) -> dict[str, Any]:
-    from training.parsing import parse_tool_calls
+    from serving.toolcalls import parse_tool_calls
     from training.rewards import compute_score
     from training.rewards.drift import format_drift
 

@@ -38,8 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from serving.toolcalls import catalog_registry, fast_path, parse_tool_calls, split_transcript
 from training.data.schema import Category, ExpectedCall, GroundTruth
-from training.parsing import catalog_registry, fast_path, parse_tool_calls, split_transcript
 from training.rewards import compute_score
 from training.rewards import rule as rule_module
 from training.rewards.samples import render_hermes, render_xml, tool_turn
@@ -49,7 +49,7 @@ CACHES = {
     "ground_truth": "parsed ground truths keyed by the exact JSON string "
     "(training.rewards.rule; per registry, dropped when 16,384 are held)",
     "calls": "checked tool calls keyed by the exact text of one <tool_call>...</tool_call> "
-    "block (training.parsing.fast_path; per registry, dropped when 65,536 are held)",
+    "block (serving.toolcalls.fast_path; per registry, dropped when 65,536 are held)",
     "cold_pass": "both emptied before every measured pass of reward_transcripts_per_s: each "
     "distinct transcript is read once; hits only where rollouts of a group share the ground "
     "truth or the exact call text. Nothing is keyed by a transcript or a turn.",

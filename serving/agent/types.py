@@ -3,7 +3,7 @@
 Why Protocols: `serving` must not import `training` (the dependency runs the other way), yet
 evaluation and the front door must run the *same* loop with the project's tool-call parser and
 its pooled MCP client. So the loop names only shapes here; the composition roots (the `toolrl`
-commands) inject `training.parsing.parse_tool_calls` and the MCP client.
+commands) inject `serving.toolcalls.parse_tool_calls` and the MCP client.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from serving.toolcalls import parse_tool_calls
 from serving.tools import get_catalog
 from training.model.prepare import chat_template
 from training.model.tokenizer import build_tokenizer
-from training.parsing import parse_tool_calls
 
 
 @pytest.fixture(scope="module")

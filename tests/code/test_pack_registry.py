@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from training.data.packs.truth import PackTruthError, dataset_registry, tool_snapshot_path
-from training.demo.pack import pack_answer_check
-from training.parsing import (
+from serving.toolcalls import (
     active_registry,
     catalog_registry,
     parse_tool_calls,
     registry_from_file,
     using_registry,
 )
-from training.parsing.registry import SNAPSHOT_ENV
+from serving.toolcalls.registry import SNAPSHOT_ENV
+from training.data.packs.truth import PackTruthError, dataset_registry, tool_snapshot_path
+from training.demo.pack import pack_answer_check
 
 TIME_TOOLS = [
     {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.parsing import FormatErrorKind, ToolRegistry, parse_tool_calls
+from serving.toolcalls import FormatErrorKind, ToolRegistry, parse_tool_calls
 from training.rewards.samples import render_hermes, render_xml
 
 K = FormatErrorKind
@@ -151,8 +151,8 @@ def test_non_string_input_does_not_raise() -> None:
 
 
 def test_well_formed_turns_take_the_fast_path() -> None:
-    from training.parsing import catalog_registry, split_transcript
-    from training.parsing.fast_path import parse_well_formed
+    from serving.toolcalls import catalog_registry, split_transcript
+    from serving.toolcalls.fast_path import parse_well_formed
     from training.rewards.samples import make_samples
 
     for sample in make_samples(20, seed=5, malformed_share=0.0):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from training.parsing import parse_tool_calls, split_transcript
+from serving.toolcalls import parse_tool_calls, split_transcript
 from training.rewards import compute_score
 from training.rewards.drift import format_drift
 from training.rewards.samples import make_samples, render_hermes, render_xml, tool_turn

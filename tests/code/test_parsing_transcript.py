@@ -14,8 +14,8 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from serving.toolcalls import split_transcript
 from training.data.schema import Category, ExpectedCall, GroundTruth
-from training.parsing import split_transcript
 from training.rewards import compute_score
 from training.rewards.samples import render_hermes, render_xml, tool_turn
 
@@ -103,7 +103,7 @@ tool_text = st.lists(
     st.one_of(st.sampled_from(TOOL_FRAGMENTS), st.text(max_size=8)), max_size=25
 ).map("".join)
 #: The one layout that cannot be told apart from the end of the response (module doc of
-#: `training.parsing.transcript`): a closing tag followed by an `assistant` role line.
+#: `serving.toolcalls.transcript`): a closing tag followed by an `assistant` role line.
 AMBIGUOUS = re.compile(r"</tool_response>\s*assistant(?:\s|$)")
 
 

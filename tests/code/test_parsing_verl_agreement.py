@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from serving.toolcalls import ToolRegistry, catalog_registry, parse_tool_calls
 from serving.tools import get_catalog
-from training.parsing import ToolRegistry, catalog_registry, parse_tool_calls
 from training.rewards.samples import VALID_ARGUMENTS, render_hermes, render_xml
 
 tool_parser = pytest.importorskip("verl.experimental.agent_loop.tool_parser")

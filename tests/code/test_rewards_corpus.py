@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from serving.toolcalls import ToolRegistry
 from training.data.schema import Category, ExpectedCall, GroundTruth
-from training.parsing import ToolRegistry
 from training.rewards import RewardConfig, score_rollout
 from training.rewards.drift import format_drift
 from training.rewards.samples import render_hermes, tool_turn

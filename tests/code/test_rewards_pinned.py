@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from training.parsing import catalog_registry
+from serving.toolcalls import catalog_registry
 from training.rewards import RewardConfig, compute_score, score_rollout
 from training.rewards import rule as rule_module
 

@@ -226,7 +226,7 @@ KNOWN_UNREGISTERED = {
     },
     # a handoff inside one training job, not a deployment setting: the job's entrypoint sets
     # it to the pack dataset's tools.json for the processes it starts (training/jobs/entry.py)
-    "training/parsing/registry.py": {"TOOLRL_TOOL_SNAPSHOT"},
+    "serving/toolcalls/registry.py": {"TOOLRL_TOOL_SNAPSHOT"},
     # set for the MLflow server process the embedded demo starts (7 job workers otherwise)
     "training/demo/run.py": {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION"},
     # the environment of the MLflow server the demo starts with its basic-auth app: MLflow's

@@ -31,11 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from serving.toolcalls import ParsedCall, parse_tool_calls, split_transcript
 from training.cpu_backend.generation import generate
 from training.cpu_backend.reward import strip_special
 from training.cpu_backend.tools import ToolSchema
 from training.data.schema import Category, GroundTruth
-from training.parsing import ParsedCall, parse_tool_calls, split_transcript
 from training.rewards.config import RewardConfig
 from training.rewards.rule import score_rollout
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from serving.toolcalls import using_registry
 from training.cpu_backend.compute_dtype import pinned_choice
 from training.cpu_backend.export import export_model
 from training.cpu_backend.grpo import ROLLOUTS_FILE, run_grpo
@@ -34,7 +35,6 @@ from training.cpu_backend.sft import run_sft
 from training.cpu_backend.tools import McpToolRunner, ToolSchema
 from training.cpu_backend.tracking import LogCallback, Tracker
 from training.data.packs.truth import dataset_registry
-from training.parsing import using_registry
 from training.spec.model import TrainingSpec
 from training.spec.resolve import resolve_model, resolve_paths
 

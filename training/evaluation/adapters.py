@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from serving.agent import Message, PromptRenderer, RawCall, RawParse, RawParser
-from training.parsing import CallFormat, parse_tool_calls
+from serving.toolcalls import CallFormat, parse_tool_calls
 
 
 def project_parser(call_format: CallFormat = "auto") -> RawParser:
-    """`training.parsing.parse_tool_calls` in the loop's RawParser shape."""
+    """`serving.toolcalls.parse_tool_calls` in the loop's RawParser shape."""
 
     def parse(text: str) -> RawParse:
         result = parse_tool_calls(text, call_format)

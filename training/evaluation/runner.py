@@ -22,13 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from tqdm import tqdm
 
 from serving.agent import Agent, AgentConfig, ChatClient, PromptRenderer, ToolExecutor
+from serving.toolcalls import ToolRegistry, catalog_registry, using_registry
 from training.data.packs.truth import dataset_registry
 from training.evaluation.adapters import chat_template_renderer, project_parser
 from training.evaluation.cases import CaseSet, EvalCase, load_cases
 from training.evaluation.metrics import aggregate
 from training.evaluation.report import EvalReport, EvalSource, write_report
 from training.evaluation.scoring import CaseResult, score_case
-from training.parsing import ToolRegistry, catalog_registry, using_registry
 
 JOURNAL_VERSION = 1
 _FINGERPRINT_KEYS = (

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.agent import Trajectory
-from training.parsing import ToolRegistry
+from serving.toolcalls import ToolRegistry
 from training.rewards.matching import CallKey, answer_matches, call_key, numbers_in
 from training.rewards.rule import load_truth
 

@@ -88,8 +88,8 @@ def run_verl(spec: TrainingSpec, workdir: Path, poll_s: float = 10.0) -> dict[st
     if spec.checkpoint.s3_uri:
         env["TOOLRL_CHECKPOINT_S3_URI"] = spec.checkpoint.s3_uri
         env["TOOLRL_CHECKPOINT_KEEP"] = str(spec.checkpoint.keep)
+    from serving.toolcalls.registry import SNAPSHOT_ENV
     from training.data.packs.truth import tool_snapshot_path
-    from training.parsing.registry import SNAPSHOT_ENV
 
     snapshot = tool_snapshot_path(Path(spec.data.train_files[0]))
     if snapshot is not None:  # a pack dataset: the reward workers judge by its tools
@@ -115,9 +115,9 @@ def worker_env_overrides(env: dict[str, str]) -> list[str]:
     checkpoints, the reward workers that log format drift) do not inherit this process's
     environment: the settings they read travel in verl's `ray_init.runtime_env` instead.
     Non-secret names only, as in the job's own runtime_env."""
+    from serving.toolcalls.registry import SNAPSHOT_ENV
     from training.jobs.drift_guard import DRIFT_DIR_ENV
     from training.jobs.submit import FORWARDED_ENV
-    from training.parsing.registry import SNAPSHOT_ENV
     from training.spec.overrides import hydra_value
 
     names = (

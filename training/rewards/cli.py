@@ -49,7 +49,7 @@ def register_cli(app: typer.Typer) -> None:
         call_format: Annotated[str, typer.Option(help="hermes, qwen3_coder or auto.")] = "auto",
     ) -> None:
         """Malformed-call rate of a batch and its breakdown by error kind."""
-        from training.parsing import CallFormat
+        from serving.toolcalls import CallFormat
         from training.rewards.drift import format_drift
 
         if call_format not in ("hermes", "qwen3_coder", "auto"):

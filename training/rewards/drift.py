@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from training.parsing import (
+from serving.toolcalls import (
     CallFormat,
     ToolRegistry,
     active_registry,

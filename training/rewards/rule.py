@@ -16,7 +16,7 @@ Terms (weights in `RuleWeights`), summed then clipped:
 - repetition: -(share of repeated 3-grams in the model's own prose), capped.
 
 Only text the model wrote is read: tool responses are split off first (see
-`training.parsing.transcript`), and the final answer excludes reasoning and calls.
+`serving.toolcalls.transcript`), and the final answer excludes reasoning and calls.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from training.data.schema import Category, GroundTruth
-from training.parsing import (
+from serving.toolcalls import (
     SYNTAX_KINDS,
     ParsedCall,
     ToolRegistry,
@@ -39,7 +38,8 @@ from training.parsing import (
     split_transcript,
     visible_text,
 )
-from training.parsing.calls import CLOSE, FUNC_OPEN, OPEN
+from serving.toolcalls.calls import CLOSE, FUNC_OPEN, OPEN
+from training.data.schema import Category, GroundTruth
 from training.rewards.config import RewardConfig, RuleWeights
 from training.rewards.matching import (
     CallKey,

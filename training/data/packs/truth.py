@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from serving.mcp_client.call_store import CallStore
+from serving.toolcalls.registry import ToolRegistry, registry_from_file
 from training.data.packs.check import schema_problems, validator_for
 from training.data.packs.results import result_object
 from training.data.schema import GroundTruth
-from training.parsing.registry import ToolRegistry, registry_from_file
 
 
 def tool_snapshot_path(dataset_dir: Path) -> Path | None:
     """The tool snapshot (`tools.json`) of a pack dataset, None for a built-in one.
 
-    Training and evaluation judge calls by it (`training.parsing.using_registry`): the
+    Training and evaluation judge calls by it (`serving.toolcalls.using_registry`): the
     built-in catalog does not know a third-party server's tools, and the snapshot is the
     schemas the rows were generated and validated against. A parquet file's folder works
     as well as the dataset folder."""

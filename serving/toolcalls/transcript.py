@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from training.parsing.errors import FormatError, FormatErrorKind
+from serving.toolcalls.errors import FormatError, FormatErrorKind
 
 RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from training.parsing.calls import (
+from serving.toolcalls.calls import (
     CLOSE,
     FUNC_CLOSE,
     FUNC_OPEN,
@@ -34,9 +34,9 @@ from training.parsing.calls import (
     Scan,
     check_call,
 )
-from training.parsing.errors import FormatErrorKind
-from training.parsing.registry import ToolRegistry
-from training.parsing.values import convert_value
+from serving.toolcalls.errors import FormatErrorKind
+from serving.toolcalls.registry import ToolRegistry
+from serving.toolcalls.values import convert_value
 
 MAX_CACHED_CALLS = 65_536
 ErrorSpecs = tuple[tuple[FormatErrorKind, str], ...]

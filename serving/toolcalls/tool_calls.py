@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from training.parsing.calls import (
+from serving.toolcalls.calls import (
     CLOSE,
     FUNC_CLOSE,
     FUNC_OPEN,
@@ -28,10 +28,10 @@ from training.parsing.calls import (
     Scan,
     check_call,
 )
-from training.parsing.errors import FormatError, FormatErrorKind
-from training.parsing.fast_path import parse_well_formed
-from training.parsing.registry import ToolRegistry, active_registry
-from training.parsing.values import convert_value
+from serving.toolcalls.errors import FormatError, FormatErrorKind
+from serving.toolcalls.fast_path import parse_well_formed
+from serving.toolcalls.registry import ToolRegistry, active_registry
+from serving.toolcalls.values import convert_value
 
 __all__ = ["CallFormat", "ParseResult", "ParsedCall", "parse_tool_calls"]
 

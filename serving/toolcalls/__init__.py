@@ -2,9 +2,9 @@
 format errors, for the `hermes` and `qwen3_coder` formats, and the multi-turn transcript
 split that keeps tool output apart from what the model wrote."""
 
-from training.parsing.calls import CallFormat, ParsedCall, ParseResult
-from training.parsing.errors import SYNTAX_KINDS, FormatError, FormatErrorKind
-from training.parsing.registry import (
+from serving.toolcalls.calls import CallFormat, ParsedCall, ParseResult
+from serving.toolcalls.errors import SYNTAX_KINDS, FormatError, FormatErrorKind
+from serving.toolcalls.registry import (
     ToolRegistry,
     active_registry,
     catalog_registry,
@@ -12,8 +12,8 @@ from training.parsing.registry import (
     snapshot_registry,
     using_registry,
 )
-from training.parsing.tool_calls import parse_tool_calls
-from training.parsing.transcript import Transcript, split_transcript, visible_text
+from serving.toolcalls.tool_calls import parse_tool_calls
+from serving.toolcalls.transcript import Transcript, split_transcript, visible_text
 
 __all__ = [
     "SYNTAX_KINDS",

@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from training.parsing.errors import FormatError, FormatErrorKind
-from training.parsing.registry import ToolRegistry
+from serving.toolcalls.errors import FormatError, FormatErrorKind
+from serving.toolcalls.registry import ToolRegistry
 
 CallFormat = Literal["hermes", "qwen3_coder", "auto"]
 CallSyntax = Literal["hermes", "qwen3_coder"]
