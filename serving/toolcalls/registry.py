@@ -3,9 +3,14 @@
 Which tools a process judges by: the built-in catalog, unless a run trains or evaluates on a
 pack dataset; then the dataset's tool snapshot (`tools.json`, the server's schemas as the
 rows were checked against) is installed with `using_registry`, and every default
-(`active_registry()`: the parser, the reward, the drift count) reads it. A process trains on
-one dataset at a time, so one active registry suffices; verl's reward workers, which run in
-other processes, get it through `TOOLRL_TOOL_SNAPSHOT` (a `tools.json` path).
+(`active_registry()`: the parser, the reward, the drift count) reads it. The installed
+registry is a context variable: each asyncio task sees the one of the context it was created
+in (and what it installs itself stays its own), and each thread starts with none installed,
+so two evaluations in one process never judge by each other's tools. A thread that should
+judge by its parent's registry runs in a copy of the parent's context
+(`contextvars.copy_context().run`, or `asyncio.to_thread`, which copies it). verl's reward
+workers, which run in other processes, get it through `TOOLRL_TOOL_SNAPSHOT` (a `tools.json`
+path).
 
 Why not use the catalog directly: the parser must also judge outputs that name tools from
 other catalogs (verl issue 6252's `search_web`, BFCL functions), so it takes this small
@@ -18,6 +23,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -101,7 +107,8 @@ def catalog_registry() -> ToolRegistry:
 
 SNAPSHOT_ENV = "TOOLRL_TOOL_SNAPSHOT"
 """A `tools.json` path: the registry of every process that inherits it (verl's workers)."""
-_ACTIVE: list[ToolRegistry] = []
+_ACTIVE: ContextVar[ToolRegistry | None] = ContextVar("toolrl_tool_registry", default=None)
+"""The innermost `using_registry` of the current context (None: none installed)."""
 
 
 def snapshot_registry(tools: Iterable[Mapping[str, Any]]) -> ToolRegistry:
@@ -133,8 +140,9 @@ def registry_from_file(path: Path) -> ToolRegistry:
 def active_registry() -> ToolRegistry:
     """The registry defaults resolve to: the innermost `using_registry`, else the snapshot
     named by `TOOLRL_TOOL_SNAPSHOT`, else the built-in catalog."""
-    if _ACTIVE:
-        return _ACTIVE[-1]
+    installed = _ACTIVE.get()
+    if installed is not None:
+        return installed
     named = os.environ.get(SNAPSHOT_ENV)
     if named:
         return registry_from_file(Path(named))
@@ -143,12 +151,13 @@ def active_registry() -> ToolRegistry:
 
 @contextlib.contextmanager
 def using_registry(registry: ToolRegistry | None) -> Iterator[ToolRegistry]:
-    """Judge calls by `registry` inside the block (None: leave the default in place)."""
+    """Judge calls by `registry` inside the block, in this context only (None: leave the
+    default in place). Blocks nest; leaving one restores what was installed before it."""
     if registry is None:
         yield active_registry()
         return
-    _ACTIVE.append(registry)
+    token = _ACTIVE.set(registry)
     try:
         yield registry
     finally:
-        _ACTIVE.remove(registry)
+        _ACTIVE.reset(token)
