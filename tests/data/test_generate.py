@@ -12,8 +12,8 @@ import pytest
 from serving.tools import ToolContext, get_catalog
 from training.data.config import GenerationConfig
 from training.data.generate import dataset_version, generate_rows
+from training.data.queries import query_shape
 from training.data.schema import Category, GroundTruth
-from training.data.validate import query_shape
 
 
 def load(small_dataset: tuple[Path, dict[str, Any]]) -> pd.DataFrame:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import gc
 import json
-import re
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ import pyarrow.parquet as pq
 
 from serving.tools import ToolContext, ToolError, get_catalog
 from training.data.config import GenerationConfig, ValidationConfig
+from training.data.queries import normalise_query, query_shape
 from training.data.schema import (
     ROW_COLUMNS,
     Category,
@@ -137,22 +136,6 @@ def load_split(path: Path) -> pd.DataFrame:
 
 
 # ---- derived check columns ----------------------------------------------------------------
-_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
-_DIGITS = re.compile(r"\d+(?:\.\d+)?")
-
-
-def normalise_query(text: str) -> str:
-    """Lowercase, width-folded, punctuation-free, single-spaced: catches trivial re-spellings."""
-    folded = unicodedata.normalize("NFKC", str(text)).casefold()
-    return " ".join(_PUNCT.sub(" ", folded).split())
-
-
-def query_shape(text: str) -> str:
-    """The normalised query with numbers masked: two queries with the same shape differ only
-    in their numbers, i.e. are near-duplicates."""
-    return _DIGITS.sub("#", normalise_query(text))
-
-
 def _first_problem(checks: list[Callable[[], str | None]]) -> str | None:
     for check in checks:
         problem = check()

@@ -29,8 +29,8 @@ from training.data.packs.refs import (
     slots_in,
 )
 from training.data.packs.slots import SlotError, candidates, draw_slots
+from training.data.queries import normalise_query
 from training.data.schema import Category
-from training.data.validate import normalise_query
 
 SAMPLE_DRAWS = 12
 """Slot draws per intent and language whose filled arguments are schema-checked."""

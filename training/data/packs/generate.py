@@ -52,8 +52,8 @@ from training.data.packs.refs import render_text
 from training.data.packs.server import reach_pack_server, server_tools, tools_snapshot
 from training.data.packs.slots import draw_slots
 from training.data.packs.split import held_out, template_id
+from training.data.queries import normalise_query, query_shape
 from training.data.schema import AGENT_NAME, DATA_SOURCE, SCHEMA_VERSION, Category, GroundTruth
-from training.data.validate import normalise_query, query_shape
 
 T = TypeVar("T")
 
