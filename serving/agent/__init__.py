@@ -1,15 +1,13 @@
-"""The agent loop shared by evaluation, the front door and CPU rollouts."""
+"""The one episode runner, shared by the front door, the evaluation harness, the quick eval
+and the CPU GRPO rollouts; and the model backends it runs on."""
 
+from serving.agent.backends import EndpointBackend, EngineBackend, EpisodeContext, ModelBackend
 from serving.agent.chat import BackendOutputError, ChatClient, ChatReply, RetryPolicy
-from serving.agent.loop import Agent, AgentConfig, final_text, openai_tools
+from serving.agent.loop import Agent, AgentConfig, final_text
 from serving.agent.types import (
     AgentEvent,
     EpisodeOptions,
     Message,
-    PromptRenderer,
-    RawCall,
-    RawParse,
-    RawParser,
     ToolCall,
     ToolChoice,
     ToolExecutor,
@@ -26,12 +24,12 @@ __all__ = [
     "BackendOutputError",
     "ChatClient",
     "ChatReply",
+    "EndpointBackend",
+    "EngineBackend",
+    "EpisodeContext",
     "EpisodeOptions",
     "Message",
-    "PromptRenderer",
-    "RawCall",
-    "RawParse",
-    "RawParser",
+    "ModelBackend",
     "RetryPolicy",
     "ToolCall",
     "ToolChoice",
@@ -41,5 +39,4 @@ __all__ = [
     "TransportError",
     "Turn",
     "final_text",
-    "openai_tools",
 ]

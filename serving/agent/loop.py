@@ -1,14 +1,14 @@
-"""The one agent loop: evaluation, the front door and CPU rollouts all run this.
+"""The one episode runner: the front door, the evaluation harness, the quick eval and the
+CPU GRPO rollouts all run this loop.
 
-One episode: send the conversation with the MCP server's tools, execute every call the model
-returns on the MCP server (the calls of one turn concurrently), append the results as tool
-messages, and repeat until the model answers without calling or the turn limit is reached.
-
-Calls come from the server's own parser (`tool_calls`) or, in `raw` mode and as the fallback
-when the server fails on malformed output (HTTP 500), from the injected raw-text parser run on
-a `/v1/completions` reply rendered with the model's chat template: a model without a
-server-side parser is evaluated the same way. Tool errors go back to the model as tool
-messages; transport failures are retried, then end the episode with `error` set.
+One episode: ask the model (a `ModelBackend`: a served model over HTTP, or the in-process
+engine) with the conversation and the MCP server's tools; take the calls the server parsed,
+or parse the text with the project's parser (`serving.toolcalls`); execute every call on the
+MCP server (the calls of one turn concurrently); append the results as tool messages; repeat
+until the model answers without calling, the turn limit is reached, or an in-process turn
+hits its token limit. Tool errors go back to the model as tool messages; transport failures
+are retried, then end the episode with `error` set. Scoring is the caller's: the evaluation
+metrics (`training.evaluation.scoring`) and the reward read the returned `Trajectory`.
 """
 
 from __future__ import annotations
@@ -18,18 +18,16 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.agent.chat import BackendOutputError, ChatClient, ChatReply
+from serving.agent.backends import EpisodeContext, ModelBackend
 from serving.agent.types import (
     AgentEvent,
     EpisodeOptions,
     Message,
-    PromptRenderer,
-    RawParser,
     ToolCall,
     ToolChoice,
     ToolExecutor,
@@ -37,7 +35,8 @@ from serving.agent.types import (
     TransportError,
     Turn,
 )
-from serving.answer_stream import AnswerStream
+from serving.renderer import openai_tools
+from serving.toolcalls import parse_tool_calls
 
 #: Parser error kinds after which a call is not executed (its structure is broken, so what
 #: the model meant is unknown). Unknown tools and schema violations ARE executed: the tool
@@ -64,9 +63,8 @@ class AgentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["chat", "raw"] = "chat"
-    """chat: the server parses calls (`tool_calls`); raw: `/v1/completions` on a prompt
-    rendered with the chat template, calls parsed by the project's parser."""
+    call_format: Literal["hermes", "qwen3_coder", "auto"] = "auto"
+    """How calls in raw text are parsed (`serving.toolcalls`)."""
     max_turns: int = Field(default=8, ge=1, le=64)
     """Model responses per episode; an episode still calling tools after this stops."""
     tool_concurrency: int = Field(default=8, ge=1, le=256)
@@ -77,29 +75,6 @@ class AgentConfig(BaseModel):
     """First wait between tool-call tries; doubles per retry."""
 
 
-def openai_tools(mcp_tools: Sequence[Mapping[str, Any]]) -> list[Message]:
-    """MCP `tools/list` entries -> OpenAI `tools` (function schemas)."""
-    tools: list[Message] = []
-    for tool in mcp_tools:
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            continue
-        schema = tool.get("inputSchema")
-        tools.append(
-            {
-                "type": "function",
-                "function": {
-                    "name": name,
-                    "description": str(tool.get("description") or ""),
-                    "parameters": schema
-                    if isinstance(schema, Mapping)
-                    else {"type": "object", "properties": {}},
-                },
-            }
-        )
-    return tools
-
-
 def final_text(content: str) -> str:
     """The answer a user sees: reasoning blocks removed, whitespace trimmed."""
     if "</think>" in content:
@@ -108,42 +83,18 @@ def final_text(content: str) -> str:
     return content.strip()
 
 
-def _structured_calls(reply: ChatReply) -> list[ToolCall]:
-    calls: list[ToolCall] = []
-    for raw in reply.tool_calls:
-        arguments = raw["arguments"]
-        kinds: tuple[str, ...] = ()
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
-                arguments, kinds = {}, ("bad_json",)
-        if not isinstance(arguments, dict):
-            arguments, kinds = {}, ("bad_structure",)
-        if not raw["name"]:
-            kinds = (*kinds, "bad_structure")
-        calls.append(ToolCall(raw["id"], raw["name"], arguments, kinds))
-    return calls
-
-
 class Agent:
-    """The loop bound to one model endpoint, one tool server and (optionally) a parser."""
+    """The loop bound to one model backend and one tool server."""
 
     def __init__(
         self,
-        chat: ChatClient,
+        backend: ModelBackend,
         tools: ToolExecutor,
         config: AgentConfig | None = None,
-        parser: RawParser | None = None,
-        renderer: PromptRenderer | None = None,
     ) -> None:
-        self.chat = chat
+        self.backend = backend
         self.tools = tools
         self.config = config or AgentConfig()
-        self.parser = parser
-        self.renderer = renderer
-        if self.config.mode == "raw" and (parser is None or renderer is None):
-            raise ValueError("raw mode needs a parser and a prompt renderer")
         self._schemas: list[Message] | None = None
         self._lock = asyncio.Lock()
 
@@ -167,61 +118,19 @@ class Agent:
         tries = self.config.tool_attempts
         raise TransportError(f"MCP {what} failed after {tries} tries: {problem}")
 
-    async def _respond(
-        self,
-        messages: list[Message],
-        schemas: list[Message],
-        overrides: dict[str, Any],
-        on_text: Callable[[str], None] | None = None,
-    ) -> tuple[Turn, bool]:
-        """One model response as a Turn; the bool says whether it came back as raw text."""
-        text_overrides = {k: v for k, v in overrides.items() if k != "tool_choice"}
-        prose = AnswerStream()
-
-        def shown(piece: str) -> None:
-            delta = prose.feed(piece)
-            if delta and on_text is not None:
-                on_text(delta)
-
-        if self.config.mode == "chat":
-            try:
-                reply = await self.chat.chat(
-                    messages,
-                    schemas,
-                    retry_500=self.renderer is None,
-                    overrides=overrides,
-                    on_delta=shown if on_text is not None else None,
-                )
-            except BackendOutputError:
-                assert self.renderer is not None
-                prompt = self.renderer(messages, schemas)
-                reply = await self.chat.complete(prompt, text_overrides)
-                source: Literal["tool_calls", "raw", "raw_fallback"] = "raw_fallback"
-            else:
-                source = "tool_calls"
-        else:
-            assert self.renderer is not None
-            reply = await self.chat.complete(self.renderer(messages, schemas), text_overrides)
-            source = "raw"
-        turn = Turn(
-            content=reply.content,
-            source=source,
-            latency_s=reply.latency_s,
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
-            streamed=prose.sent,
-        )
-        turn.calls = _structured_calls(reply)
-        return turn, not reply.tool_calls
-
     def _parse_raw(self, turn: Turn) -> None:
         text = turn.content
-        if self.parser is None or not any(marker in text for marker in _CALL_MARKERS):
+        if not any(marker in text for marker in _CALL_MARKERS):
             return
-        parsed = self.parser(text)
-        turn.error_kinds = list(parsed.error_kinds)
+        parsed = parse_tool_calls(text, self.config.call_format)
+        turn.error_kinds = [e.kind.value for e in parsed.errors if e.call_index is None]
         turn.calls = [
-            ToolCall(f"call_{i}", call.name, dict(call.arguments), tuple(call.error_kinds))
+            ToolCall(
+                f"call_{i}",
+                call.name,
+                dict(call.arguments),
+                tuple(e.kind.value for e in call.errors),
+            )
             for i, call in enumerate(parsed.calls)
         ]
         if turn.calls:
@@ -256,6 +165,7 @@ class Agent:
         started = time.perf_counter()
         trajectory = Trajectory(messages=[dict(m) for m in messages])
         history = trajectory.messages
+        context = EpisodeContext(history, [])
         seq = 0
         limit = asyncio.Semaphore(self.config.tool_concurrency)
 
@@ -273,16 +183,21 @@ class Agent:
                 schemas = []
             elif options.client_tools:
                 schemas = [*options.client_tools, *schemas]
+            context.tools = schemas
             for index in range(self.config.max_turns):
                 overrides = dict(options.sampling)
                 if index == 0 and options.tool_choice != "auto":
                     overrides["tool_choice"] = upstream_tool_choice(options.tool_choice)
-                turn, raw = await self._respond(history, schemas, overrides, options.on_text)
-                if raw and options.tool_choice != "none":
+                turn = await self.backend.respond(context, overrides, options.on_text)
+                if not turn.calls and options.tool_choice != "none":
                     self._parse_raw(turn)
                 if options.tool_choice == "none":
                     turn.calls = []  # told to answer without tools: nothing is executed
                 trajectory.turns.append(turn)
+                if turn.finish == "length":
+                    trajectory.final_answer = final_text(turn.content)
+                    trajectory.stop = "length"  # a cut turn: its calls may be cut too
+                    break
                 if not turn.calls:
                     trajectory.final_answer = final_text(turn.content)
                     history.append({"role": "assistant", "content": turn.content})
@@ -316,8 +231,13 @@ class Agent:
             logger.exception("agent episode %s failed", session)
             trajectory.stop = "error"
             trajectory.error = f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
+        trajectory.prompt_ids = context.prompt_ids
         trajectory.latency_s = time.perf_counter() - started
         return trajectory
+
+
+def _kinds(errors: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(str(error.kind.value) for error in errors)
 
 
 def call_event(kind: Literal["tool_call", "tool_result"], call: ToolCall) -> AgentEvent:

@@ -16,36 +16,6 @@ Message = dict[str, Any]
 """One OpenAI chat message (`role`, `content`, optional `tool_calls` / `tool_call_id`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RawCall:
-    """A call parsed out of raw model text. `error_kinds` empty means the call is valid."""
-
-    name: str
-    arguments: dict[str, Any]
-    error_kinds: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RawParse:
-    """Every call attempt in one assistant turn, plus turn-level format error kinds."""
-
-    calls: tuple[RawCall, ...]
-    error_kinds: tuple[str, ...] = ()
-
-
-class RawParser(Protocol):
-    """Parses one assistant turn of raw text (hermes or qwen3_coder syntax); never raises."""
-
-    def __call__(self, text: str) -> RawParse: ...
-
-
-class PromptRenderer(Protocol):
-    """Renders a conversation and tool schemas into the model's prompt (its chat template),
-    for raw `/v1/completions` requests."""
-
-    def __call__(self, messages: Sequence[Message], tools: Sequence[Message]) -> str: ...
-
-
 class ToolReply(Protocol):
     """What a tool call returns: the text the model sees and whether it is a tool error."""
 
@@ -92,14 +62,25 @@ class Turn:
     calls: list[ToolCall] = field(default_factory=list)
     error_kinds: list[str] = field(default_factory=list)
     """Turn-level format errors (e.g. text after the last call)."""
-    source: Literal["tool_calls", "raw", "raw_fallback"] = "tool_calls"
-    """Where calls came from: the server's parser, the raw-completion path, or the fallback
-    taken after the server failed on malformed output (HTTP 500)."""
+    source: Literal["tool_calls", "raw", "raw_fallback", "engine"] = "tool_calls"
+    """Where calls came from: the server's parser, the raw-completion path, the fallback
+    taken after the server failed on malformed output (HTTP 500), or an in-process engine
+    (raw text, parsed by the project's parser)."""
     latency_s: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     streamed: str = ""
     """The prose of this turn already handed to `EpisodeOptions.on_text` as it arrived."""
+    text: str = ""
+    """The reply as the model wrote it (calls included); `content` is the prose before
+    the first call."""
+    token_ids: list[int] = field(default_factory=list)
+    """In-process backends: the tokens the model sampled this turn, as sampled."""
+    context_ids: list[int] = field(default_factory=list)
+    """In-process backends: the tokens placed before this turn that the model did not
+    write (the previous turn's tool results and the generation prompt)."""
+    finish: Literal["stop", "length"] | None = None
+    """In-process backends: `length` when the turn was cut at its token limit."""
 
 
 @dataclass(slots=True)
@@ -110,14 +91,30 @@ class Trajectory:
     messages: list[Message]
     turns: list[Turn] = field(default_factory=list)
     final_answer: str = ""
-    stop: Literal["answer", "max_turns", "error", "client_tools"] = "answer"
+    stop: Literal["answer", "max_turns", "error", "client_tools", "length"] = "answer"
     """`client_tools`: the model called a tool the *client* supplied; the episode pauses and
-    those calls (`client_calls`) go back to the client to run, OpenAI-style."""
+    those calls (`client_calls`) go back to the client to run, OpenAI-style. `length`: the
+    model's turn was cut at its token limit (in-process backends), so nothing more ran."""
     error: str | None = None
     latency_s: float = 0.0
     tools_s: float = 0.0
     """Wall time spent waiting on MCP calls (the calls of one turn overlap)."""
     client_calls: list[ToolCall] = field(default_factory=list)
+    prompt_ids: list[int] = field(default_factory=list)
+    """In-process backends: the rendered prompt's tokens."""
+
+    @property
+    def completion_ids(self) -> list[int]:
+        """Every token after the prompt, in order: what GRPO trains on."""
+        return [t for turn in self.turns for t in (*turn.context_ids, *turn.token_ids)]
+
+    @property
+    def model_token_mask(self) -> list[int]:
+        """1 for each token of `completion_ids` the model wrote, 0 for the rest."""
+        mask: list[int] = []
+        for turn in self.turns:
+            mask += [0] * len(turn.context_ids) + [1] * len(turn.token_ids)
+        return mask
 
     @property
     def calls(self) -> list[ToolCall]:

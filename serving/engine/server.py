@@ -18,11 +18,9 @@ bodies are untrusted: size-capped, type-checked, answered with OpenAI-style erro
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
-import re
 import signal
 import time
 import uuid
@@ -38,15 +36,15 @@ from serving.engine.engine import Engine, Request, Sampling
 from serving.engine.signals import ALONE_SIGNAL, SHARE_SIGNAL
 from serving.engine.token_feed import TokenFeed
 from serving.engine.worker import EngineWorker
+from serving.renderer import ChatRenderer, RenderError
 from serving.sse import ChunkWriter, ClientGoneError
+from serving.toolcalls.openai_calls import split_tool_calls
 
 logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_CAP = 4096
 POLL_S = 0.5
 """How often a waiting request checks that its caller is still connected."""
-
-_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 class BadRequestError(Exception):
@@ -59,37 +57,6 @@ def error(status: int, message: str, kind: str = "invalid_request_error") -> web
     return web.json_response(
         {"error": {"message": message, "type": kind, "code": status}}, status=status
     )
-
-
-def split_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
-    """Hermes calls out of a reply: (content before the first call, OpenAI tool_calls).
-    Any block that is not a JSON object with a string `name` leaves the whole reply as
-    content with no calls, so the caller's parser can name what is wrong with it."""
-    blocks = _CALL.findall(text)
-    if not blocks or text.count("<tool_call>") != len(blocks):
-        return text, []
-    calls = []
-    for index, block in enumerate(blocks):
-        try:
-            payload = json.loads(block)
-        except ValueError:
-            return text, []
-        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-            return text, []
-        arguments = payload.get("arguments", {})
-        if not isinstance(arguments, dict):
-            return text, []
-        calls.append(
-            {
-                "id": f"call_{uuid.uuid4().hex[:12]}_{index}",
-                "type": "function",
-                "function": {
-                    "name": payload["name"],
-                    "arguments": json.dumps(arguments, ensure_ascii=False),
-                },
-            }
-        )
-    return text[: text.find("<tool_call>")].strip(), calls
 
 
 def forced_call_prefix(body: dict[str, Any]) -> str:
@@ -180,7 +147,7 @@ class ModelHandle:
     """The loaded model, its tokenizer and the engine worker."""
 
     name: str
-    tokenizer: Any
+    renderer: ChatRenderer
     worker: EngineWorker
     stop_ids: frozenset[int]
     default_max_tokens: int = 512
@@ -248,37 +215,18 @@ class EngineServer:
     ) -> Request:
         """Generate on the worker; a caller that disconnects (a cancelled front-door episode)
         cancels the request within `POLL_S`, so abandoned work stops taking engine rows."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Request] = loop.create_future()
 
-        def settle(request: Request) -> None:
-            if not done.done():
-                done.set_result(request)
+        def caller_gone() -> bool:
+            transport = http.transport if http is not None else None
+            return http is not None and (transport is None or transport.is_closing())
 
-        def finished(request: Request) -> None:
-            loop.call_soon_threadsafe(settle, request)
-
-        request = Request(prompt, sampling, on_finish=finished)
-        self.handle.worker.submit(request, prefix_hint)
-        deadline = loop.time() + self.request_timeout_s
-        try:
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise TimeoutError
-                finished_in_time, _ = await asyncio.wait({done}, timeout=min(POLL_S, remaining))
-                if finished_in_time:
-                    return done.result()
-                transport = http.transport if http is not None else None
-                if http is not None and (transport is None or transport.is_closing()):
-                    raise asyncio.CancelledError  # the caller is gone
-        except (TimeoutError, asyncio.CancelledError):
-            request.cancelled = True  # the engine drops it at its next step
-            raise
+        return await self.handle.worker.generate_async(
+            Request(prompt, sampling), prefix_hint, self.request_timeout_s, caller_gone, POLL_S
+        )
 
     def _decode(self, request: Request, stops: list[str]) -> tuple[str, str]:
         tokens = [t for t in request.tokens if t not in self.handle.stop_ids]
-        text = str(self.handle.tokenizer.decode(tokens, skip_special_tokens=True))
+        text = str(self.handle.renderer.tokenizer.decode(tokens, skip_special_tokens=True))
         finish = "stop" if request.finish == "stop" else "length"
         for stop in stops:
             cut = text.find(stop)
@@ -305,7 +253,7 @@ class EngineServer:
             if not isinstance(prompt_text, str) or not prompt_text:
                 raise BadRequestError("prompt must be a non-empty string")
             sampling, stops = self._sampling(body), _stops(body)
-            tokenizer = self.handle.tokenizer
+            tokenizer = self.handle.renderer.tokenizer
             prompt = list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
             request = await self._generate(prompt, sampling, None, http)
         except BadRequestError as exc:
@@ -339,25 +287,13 @@ class EngineServer:
             not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
         ):
             raise BadRequestError("tools must be a list of objects")
-        tokenizer = self.handle.tokenizer
+        renderer = self.handle.renderer
         try:
-            text = tokenizer.apply_chat_template(
-                messages, tools=tools or None, add_generation_prompt=True, tokenize=False
-            )
-            system = None
-            if messages[0].get("role") == "system":
-                system = tokenizer.apply_chat_template(
-                    messages[:1], tools=tools or None, add_generation_prompt=False, tokenize=False
-                )
-        except Exception as exc:  # a template error is the request's fault, not the server's
-            raise BadRequestError(
-                f"the chat template cannot render these messages: {str(exc)[:200]}"
-            ) from exc
-        prompt = list(tokenizer(str(text) + forced, add_special_tokens=False)["input_ids"])
-        hint = None
-        if system is not None:
-            hint = list(tokenizer(str(system), add_special_tokens=False)["input_ids"])
-        return prompt, hint
+            text = renderer.text(messages, tools or None)
+            hint = renderer.system_prefix_ids(messages, tools or None)
+        except RenderError as exc:  # a template error is the request's fault, not the server's
+            raise BadRequestError(str(exc)) from exc
+        return renderer.encode(text + forced), hint
 
     async def chat(self, http: web.Request) -> web.StreamResponse:
         try:
@@ -368,7 +304,7 @@ class EngineServer:
             sampling, stops = self._sampling(body), _stops(body)
             if stream is not None:
                 return await self._stream_chat(
-                    http, prompt, hint, sampling, stops, forced, include_usage=stream
+                    http, prompt, hint, sampling, stops, forced, stream, body.get("tools")
                 )
             request = await self._generate(prompt, sampling, hint, http)
         except BadRequestError as exc:
@@ -378,7 +314,7 @@ class EngineServer:
         if request.finish == "error":
             return error(400, request.error or "generation failed")
         text, finish = self._decode(request, stops)
-        content, calls = split_tool_calls(forced + text)
+        content, calls = split_tool_calls(forced + text, body.get("tools"))
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
@@ -403,6 +339,7 @@ class EngineServer:
         stops: list[str],
         forced: str,
         include_usage: bool,
+        tools: Any = None,
     ) -> web.StreamResponse:
         """`stream=true`: prose as it is decoded (held back where a call or a stop string may
         be starting, `serving/answer_stream.py`), then the calls whole, the finish reason,
@@ -434,7 +371,7 @@ class EngineServer:
             if request.finish == "error":
                 await out.error(500, request.error or "generation failed", "server_error")
             else:
-                await self._stream_end(out, prose, forced, stops, request)
+                await self._stream_end(out, prose, forced, stops, request, tools)
                 if include_usage:
                     await out.chunk([], usage=self._usage(prompt, request))
             await out.done()
@@ -454,12 +391,13 @@ class EngineServer:
         forced: str,
         stops: list[str],
         request: Request,
+        tools: Any = None,
     ) -> None:
         """The rest of the reply once generation ended: held-back prose, the calls whole
         (in the plain reply's shape), the finish reason. What the stream adds up to is the
         plain reply's message."""
         text, finish = self._decode(request, stops)
-        content, calls = split_tool_calls(forced + text)
+        content, calls = split_tool_calls(forced + text, tools)
         if calls:
             finish = "tool_calls"
             rest = content[len(prose.sent) :] if content.startswith(prose.sent) else ""
@@ -478,7 +416,7 @@ class EngineServer:
 
     def _text(self, request: Request) -> str:
         tokens = [t for t in request.tokens if t not in self.handle.stop_ids]
-        return str(self.handle.tokenizer.decode(tokens, skip_special_tokens=True))
+        return str(self.handle.renderer.tokenizer.decode(tokens, skip_special_tokens=True))
 
 
 def load(model_dir: str, name: str, dtype: str, max_rows: int, threads: int | None) -> ModelHandle:
@@ -498,7 +436,7 @@ def load(model_dir: str, name: str, dtype: str, max_rows: int, threads: int | No
         if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
             stop_ids.add(token_id)
     worker = EngineWorker(Engine(model, max_rows=max_rows), threads)
-    return ModelHandle(name, tokenizer, worker, frozenset(stop_ids))
+    return ModelHandle(name, ChatRenderer(tokenizer), worker, frozenset(stop_ids))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -11,10 +11,11 @@ common.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,45 @@ class EngineWorker:
         if self._stopped.is_set():
             raise RuntimeError("the engine is shut down")
         self._inbox.put(Job(request, prefix_hint))
+
+    async def generate_async(
+        self,
+        request: Request,
+        prefix_hint: Sequence[int] | None = None,
+        timeout_s: float = 600.0,
+        caller_gone: Callable[[], bool] | None = None,
+        poll_s: float = 0.5,
+    ) -> Request:
+        """Submit `request` and wait for it from an event loop (the engine thread settles
+        it). `caller_gone` is asked every `poll_s`: when the caller has left (a client that
+        disconnected), or the deadline passes, the request is cancelled and the engine
+        drops it at its next step, so abandoned work stops taking rows."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Request] = loop.create_future()
+
+        def settle(finished: Request) -> None:
+            if not done.done():
+                done.set_result(finished)
+
+        def finished(finished_request: Request) -> None:
+            loop.call_soon_threadsafe(settle, finished_request)
+
+        request.on_finish = finished
+        self.submit(request, prefix_hint)
+        deadline = loop.time() + timeout_s
+        try:
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError
+                finished_in_time, _ = await asyncio.wait({done}, timeout=min(poll_s, remaining))
+                if finished_in_time:
+                    return done.result()
+                if caller_gone is not None and caller_gone():
+                    raise asyncio.CancelledError  # the caller is gone
+        except (TimeoutError, asyncio.CancelledError):
+            request.cancelled = True
+            raise
 
     def share_cores(self, shared: bool) -> None:
         """Half the threads while another engine runs on the same cores (a blue/green

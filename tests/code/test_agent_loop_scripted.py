@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from serving.agent import Agent, AgentConfig, ChatClient, RawCall, RawParse, RetryPolicy
+from serving.agent import Agent, AgentConfig, ChatClient, EndpointBackend, RetryPolicy
 from training.evaluation.scripted import Scripted, serve_in_thread
 
 Message = dict[str, Any]
@@ -65,7 +65,7 @@ def calls_then_answer(n_calls: int) -> Any:
 def run(script: Any, tools: FakeTools, **config: Any) -> Any:
     with serve_in_thread(script) as url:
         client = ChatClient(url, "m", retry=RetryPolicy(attempts=2, backoff_s=0.01))
-        agent = Agent(client, tools, AgentConfig(tool_backoff_s=0.01, **config))
+        agent = Agent(EndpointBackend(client), tools, AgentConfig(tool_backoff_s=0.01, **config))
 
         async def go() -> Any:
             try:
@@ -115,25 +115,32 @@ def test_scripted_turn_limit_stops_a_model_that_never_answers() -> None:
     assert trajectory.stop == "max_turns" and len(trajectory.turns) == 3
 
 
-def test_scripted_calls_in_content_are_parsed_by_the_injected_parser() -> None:
+def test_scripted_calls_in_content_are_parsed_by_the_project_parser() -> None:
+    """A server without a tool parser returns calls as text: the loop parses them with
+    `serving.toolcalls` (hermes), keeps the prose before the first call as the content and
+    reports what the parser found wrong with the turn."""
+
     def text_calls(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
         if any(m["role"] == "tool" for m in messages):
             return Scripted(content="done")
-        return Scripted(content='Let me check.<tool_call>{"name": "slow"}</tool_call>')
-
-    def parser(text: str) -> RawParse:
-        return RawParse((RawCall("slow", {"x": 1}),), ("text_after_call",))
+        return Scripted(
+            content='Let me check.<tool_call>\n{"name": "slow", "arguments": {"x": 1}}\n'
+            "</tool_call> and the answer is 3"
+        )
 
     tools = FakeTools()
     with serve_in_thread(text_calls) as url:
         client = ChatClient(url, "m")
-        agent = Agent(client, tools, parser=parser)
+        agent = Agent(EndpointBackend(client), tools)
         trajectory = asyncio.run(agent.run([{"role": "user", "content": "q"}]))
     assert tools.calls[0][:2] == ("slow", {"x": 1})
     assert trajectory.turns[0].content == "Let me check."
     assert trajectory.turns[0].error_kinds == ["text_after_call"]
+    # `slow` is not in the built-in catalog: named as such, and still executed
+    assert trajectory.turns[0].calls[0].error_kinds == ("unknown_function",)
+    assert trajectory.final_answer == "done"
 
 
-def test_raw_mode_requires_a_parser_and_renderer() -> None:
+def test_raw_mode_requires_a_renderer() -> None:
     with pytest.raises(ValueError, match="raw mode"):
-        Agent(ChatClient("http://127.0.0.1:9/v1", "m"), FakeTools(), AgentConfig(mode="raw"))
+        EndpointBackend(ChatClient("http://127.0.0.1:9/v1", "m"), mode="raw")

@@ -13,6 +13,7 @@ import pytest
 
 from serving.answer_stream import AnswerStream
 from serving.engine.engine import Request, Sampling
+from serving.renderer import ChatRenderer
 from serving.engine.server import EngineServer, ModelHandle
 from training.model.tokenizer import build_tokenizer
 
@@ -35,7 +36,7 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def _ended_stream(tokenizer: Any, whole: str, seen: str) -> str:
     """What the client holds after the server streamed `seen` and the reply ended as `whole`."""
     stop_ids = frozenset({int(tokenizer.eos_token_id)})
-    server = EngineServer(ModelHandle("m", tokenizer, None, stop_ids))  # type: ignore[arg-type]
+    server = EngineServer(ModelHandle("m", ChatRenderer(tokenizer), None, stop_ids))  # type: ignore[arg-type]
     request = Request([1], Sampling(40, 1.0, 1.0, stop_ids))
     request.tokens = list(tokenizer.encode(whole, add_special_tokens=False))
     request.finish = "length"

@@ -17,8 +17,8 @@ import pytest
 
 from serving.launch.commands import BackendConfig
 from serving.launch.process import ModelServer
+from serving.runtime.ports import free_port
 from serving.tools import get_catalog
-from training.demo.services import free_port
 from training.model.tiny import TinyModelConfig, build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -143,28 +143,6 @@ def test_models_and_health(server: ModelServer) -> None:
     health = server.base_url.removesuffix("/v1") + "/health"
     with urllib.request.urlopen(health, timeout=10) as reply:
         assert json.loads(reply.read())["status"] == "ok"
-
-
-def test_hermes_calls_become_tool_calls_and_broken_ones_stay_text() -> None:
-    from serving.engine.server import split_tool_calls
-
-    content, calls = split_tool_calls(
-        "Checking.\n<tool_call>\n"
-        '{"name": "get_current_weather", "arguments": {"location": "Paris"}}\n</tool_call>'
-    )
-    assert content == "Checking."
-    assert calls[0]["function"] == {
-        "name": "get_current_weather",
-        "arguments": '{"location": "Paris"}',
-    }
-    for broken in (
-        '<tool_call>\n{"name": "x", "arguments": {"a": 1\n</tool_call>',
-        '<tool_call>\n{"arguments": {}}\n</tool_call>',
-        '<tool_call>\n{"name": "x", "arguments": [1]}\n</tool_call>',
-        '<tool_call>\n{"name": "x"}\n</tool_call><tool_call>\n{"name": "y"',
-    ):
-        text, none = split_tool_calls(broken)
-        assert none == [] and text == broken
 
 
 def test_model_dir_path_is_unused_by_clients(tmp_path: Path) -> None:

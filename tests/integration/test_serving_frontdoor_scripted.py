@@ -17,12 +17,13 @@ from typing import Any
 import openai
 import pytest
 
-from serving.agent import Agent, ChatClient
+from serving.agent import Agent, ChatClient, EndpointBackend
 from serving.frontdoor.app import FrontDoorConfig
 from serving.launch.switch import Upstream
 from serving.mcp_client.http import McpHttpClient
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
+from serving.renderer import ChatRenderer
 from testkit.frontdoor import Door, upstream_for
 from training.evaluation.scripted import Scripted, serve_in_thread
 
@@ -228,15 +229,17 @@ def test_scripted_capacity_and_deadline_give_429_and_504(mcp: RunningServer) -> 
 
 
 def test_scripted_agent_bug_fails_one_request_not_the_server(mcp: RunningServer) -> None:
-    def broken_renderer(messages: Sequence[Message], tools: Sequence[Message]) -> str:
-        raise RuntimeError("template exploded")
+    class BrokenRenderer(ChatRenderer):
+        def text(self, *args: Any, **kwargs: Any) -> str:
+            raise RuntimeError("template exploded")
 
     def always_500(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
         return Scripted(status=500, body="{}")
 
     with serve_in_thread(always_500) as backend:
         chat = ChatClient(backend, "scripted")
-        agent = Agent(chat, McpHttpClient(mcp.url), renderer=broken_renderer)
+        backend_ = EndpointBackend(chat, renderer=BrokenRenderer(tokenizer=None))
+        agent = Agent(backend_, McpHttpClient(mcp.url))
         front = Door(FrontDoorConfig())
         url = front.open(Upstream(version="1", agent=agent, stop=chat.close))
         try:

@@ -285,7 +285,7 @@ def test_tools_list_prints_the_catalog_and_fails_with_exit_2(tmp_path: Path) -> 
 def test_the_agent_loop_calls_a_stdio_server_through_the_catalog() -> None:
     """The loop evaluation and the front door run, given the catalog as its ToolExecutor: the
     model sees the prefixed name, the call reaches mcp-server-time under its own name."""
-    from serving.agent import Agent, AgentConfig, ChatClient
+    from serving.agent import Agent, AgentConfig, ChatClient, EndpointBackend
     from training.evaluation.scripted import Scripted, serve_in_thread
 
     seen: list[list[str]] = []
@@ -300,7 +300,7 @@ def test_the_agent_loop_calls_a_stdio_server_through_the_catalog() -> None:
         catalog = load({"time": {**TIME, "prefix": "time_"}})
         chat = ChatClient(url, "m")
         try:
-            agent = Agent(chat, catalog, AgentConfig())
+            agent = Agent(EndpointBackend(chat), catalog, AgentConfig())
             return await agent.run([{"role": "user", "content": "Time in Paris?"}], session="s")
         finally:
             await chat.close()

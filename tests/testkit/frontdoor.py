@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from serving.agent import Agent, ChatClient
+from serving.agent import Agent, ChatClient, EndpointBackend
 from serving.frontdoor.app import FrontDoorConfig, build_app
 from serving.launch.switch import Switchboard, Upstream
 from serving.mcp_client.http import McpHttpClient
@@ -65,7 +65,7 @@ def upstream_for(url: str, mcp_url: str, version: str, on_stop: Any = None) -> U
         if on_stop is not None:
             await asyncio.to_thread(on_stop)
 
-    return Upstream(version=version, agent=Agent(chat, tools), stop=stop)
+    return Upstream(version=version, agent=Agent(EndpointBackend(chat), tools), stop=stop)
 
 
 def weather_then_answer(

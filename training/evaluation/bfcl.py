@@ -36,8 +36,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from serving.agent import Agent, AgentConfig, ChatClient
-from training.evaluation.adapters import project_parser
+from serving.agent import Agent, AgentConfig, ChatClient, EndpointBackend
 from training.evaluation.report import EvalReport, EvalSource, write_report
 
 DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
@@ -220,7 +219,7 @@ async def _run_case(
     chat: ChatClient, api: BfclApi, category: str, entry: dict[str, Any], answer: Any
 ) -> dict[str, Any]:
     tools = to_openai_tools(entry["prompt_function"], api)
-    agent = Agent(chat, _StaticTools(tools), AgentConfig(max_turns=1), parser=project_parser())
+    agent = Agent(EndpointBackend(chat), _StaticTools(tools), AgentConfig(max_turns=1))
     trajectory = await agent.run(entry["question"][0], session=f"bfcl-{entry['id']}")
     if trajectory.error is not None:
         return {

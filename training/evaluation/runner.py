@@ -21,10 +21,10 @@ from typing import IO, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from tqdm import tqdm
 
-from serving.agent import Agent, AgentConfig, ChatClient, PromptRenderer, ToolExecutor
+from serving.agent import Agent, AgentConfig, ChatClient, EndpointBackend, ToolExecutor
+from serving.renderer import renderer_for_model
 from serving.toolcalls import ToolRegistry, catalog_registry, using_registry
 from training.data.packs.truth import dataset_registry
-from training.evaluation.adapters import chat_template_renderer, project_parser
 from training.evaluation.cases import CaseSet, EvalCase, load_cases
 from training.evaluation.metrics import aggregate
 from training.evaluation.report import EvalReport, EvalSource, write_report
@@ -246,13 +246,13 @@ async def evaluate_async(
             if (c.case_id, s) not in finished
         ]
     executor = tools or _default_tools(config)
-    parser = project_parser(config.call_format)
-    renderer: PromptRenderer | None = (
-        chat_template_renderer(config.tokenizer) if config.tokenizer else None
-    )
-    agent_config = AgentConfig(mode=config.mode, max_turns=config.max_turns)
+    renderer = renderer_for_model(config.tokenizer) if config.tokenizer else None
+    agent_config = AgentConfig(call_format=config.call_format, max_turns=config.max_turns)
     clients = [_client(config, config.temperature), _client(config, config.sample_temperature)]
-    agents = {i: Agent(c, executor, agent_config, parser, renderer) for i, c in enumerate(clients)}
+    agents = {
+        i: Agent(EndpointBackend(c, config.mode, renderer), executor, agent_config)
+        for i, c in enumerate(clients)
+    }
     started = time.perf_counter()
     # a pack dataset is judged by its own tool snapshot, the built-in one by the catalog
     registry = dataset_registry(config.data) or catalog_registry()

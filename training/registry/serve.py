@@ -16,20 +16,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import socket
 from pathlib import Path
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from serving.agent import Agent, AgentConfig, ChatClient, ToolExecutor
+from serving.agent import Agent, AgentConfig, ChatClient, EndpointBackend, ToolExecutor
 from serving.frontdoor.app import FrontDoorConfig, build_app
 from serving.launch.commands import Backend, BackendConfig, CallFormat
 from serving.launch.process import ModelServer
 from serving.launch.switch import Switchboard, Upstream
 from serving.mcp_client.catalog import open_tools
 from serving.mcp_client.sources import ToolSources
-from training.evaluation.adapters import chat_template_renderer, project_parser
+from serving.renderer import renderer_for_model
+from serving.runtime.ports import free_port
 from training.registry.registry import VersionInfo, download, resolve
 
 logger = logging.getLogger(__name__)
@@ -72,12 +72,6 @@ class ServeConfig(BaseModel):
     processes preempt it (the front door's overhead stays near what it is on an idle box)."""
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def call_format_of(info: VersionInfo, model_dir: Path) -> CallFormat:
     """The version's `toolrl.call_format` tag; else guessed from the chat template."""
     tagged = info.tags.get("toolrl.call_format")
@@ -89,7 +83,7 @@ def call_format_of(info: VersionInfo, model_dir: Path) -> CallFormat:
 
 
 def backend_config(config: ServeConfig, model_dir: Path, call_format: CallFormat) -> BackendConfig:
-    port = config.backend_port or _free_port(config.backend_host)
+    port = config.backend_port or free_port(config.backend_host)
     return BackendConfig(
         backend=config.backend,
         model_dir=model_dir,
@@ -139,16 +133,14 @@ class ServingStack:
             completion_extra=backend.completion_extra,
         )
         try:
-            renderer = await asyncio.to_thread(chat_template_renderer, model_dir)
+            renderer = await asyncio.to_thread(renderer_for_model, model_dir)
         except Exception:
             await asyncio.to_thread(server.stop)  # never leave a backend without an owner
             raise
         agent = Agent(
-            chat,
+            EndpointBackend(chat, renderer=renderer),
             self._executor(),
-            AgentConfig(max_turns=self.config.max_turns),
-            parser=project_parser(call_format),
-            renderer=renderer,
+            AgentConfig(max_turns=self.config.max_turns, call_format=call_format),
         )
 
         async def stop() -> None:
@@ -224,12 +216,11 @@ def static_upstream(
 ) -> Upstream:
     """An upstream for a server someone else runs (no registry, nothing to stop)."""
     chat = ChatClient(url, model)
+    renderer = renderer_for_model(tokenizer) if tokenizer else None
     agent = Agent(
-        chat,
+        EndpointBackend(chat, renderer=renderer),
         tools,
-        AgentConfig(max_turns=max_turns),
-        parser=project_parser(call_format),
-        renderer=chat_template_renderer(tokenizer) if tokenizer else None,
+        AgentConfig(max_turns=max_turns, call_format=call_format),
     )
     return Upstream(version=model, agent=agent, stop=chat.close)
 
