@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = Path(__file__).parent / "results" / "airflow_services.json"
 
+from serving.runtime.ports import free_port  # noqa: E402
 from training.demo.airflow_run import start_latency  # noqa: E402
-from training.demo.services import free_port  # noqa: E402
 from training.orchestrator.follow import follow_run, wait_for_run  # noqa: E402
 from training.orchestrator.layout import AirflowLayout, AirflowPorts, read_login  # noqa: E402
 from training.orchestrator.rest import AirflowApi  # noqa: E402

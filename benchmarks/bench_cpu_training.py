@@ -66,7 +66,7 @@ def evaluate(
 ) -> dict[str, Any]:
     from serving.launch.commands import BackendConfig
     from serving.launch.process import ModelServer
-    from training.demo.services import free_port
+    from serving.runtime.ports import free_port
     from training.evaluation.runner import EvalConfig
     from training.evaluation.runner import evaluate as run_eval
 

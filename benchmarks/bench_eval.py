@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,18 +26,13 @@ import pandas as pd
 
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import start
+from serving.runtime.ports import free_port
 from training.data.config import GenerationConfig
 from training.data.generate import build_manifest, generate_rows, write_dataset
 from training.evaluation.runner import EvalConfig, evaluate
 
 CASES = 2_000
 ROOT = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def make_data(out: Path) -> Path:

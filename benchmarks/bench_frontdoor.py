@@ -216,8 +216,9 @@ def instant_upstream_phase(
     taking both cores, so what remains is the front door's and the agent loop's own cost."""
     import pandas as pd
 
+    from serving.runtime.ports import free_port
     from training.demo.run import BIN
-    from training.demo.services import ManagedService, free_port
+    from training.demo.services import ManagedService
 
     test = next((args.workdir / "datasets").glob("*/test.parquet"))
     rows = pd.read_parquet(test)
@@ -275,8 +276,9 @@ def _instant_doors(
     each door's pid."""
     import pandas as pd
 
+    from serving.runtime.ports import free_port
     from training.demo.run import BIN, mcp_service
-    from training.demo.services import ManagedService, free_port
+    from training.demo.services import ManagedService
 
     tests = sorted((args.workdir / "datasets").glob("*/test.parquet"))
     if not tests:
@@ -445,8 +447,9 @@ def main() -> None:
         concurrency_sweep(args)
         return
 
+    from serving.runtime.ports import free_port
     from training.demo.run import BIN, MODEL_NAME, mcp_service, mlflow_service
-    from training.demo.services import ManagedService, free_port, service_stack
+    from training.demo.services import ManagedService, service_stack
 
     registry = args.workdir / "mlflow"
     if not (registry / "mlflow.db").is_file():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from serving.engine.signals import ALONE_SIGNAL, SHARE_SIGNAL
 from serving.launch.commands import BackendConfig, build_command, health_path
+from serving.runtime.processes import start_process_group, stop_process_group
 
 
 class ServerStartError(RuntimeError):
@@ -40,9 +40,7 @@ class ModelServer:
         """Launch and block until GET /health answers 200 (or raise ServerStartError)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                build_command(self.config), stdout=log, stderr=log, start_new_session=True
-            )
+            self.process = start_process_group(build_command(self.config), stdout=log, stderr=log)
         url = f"http://{self.config.host}:{self.config.port}{health_path(self.config.backend)}"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -75,14 +73,5 @@ class ModelServer:
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM the process group, SIGKILL after `grace_s`. Safe to call twice."""
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        except ProcessLookupError:
-            pass
+        if self.process is not None:
+            stop_process_group(self.process, grace_s)

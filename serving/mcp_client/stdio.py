@@ -42,6 +42,7 @@ from serving.mcp_client.base import (
     ToolCallResult,
     call_result,
 )
+from serving.runtime.processes import signal_process_group, stop_process_group_async
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Longest stdout line (one JSON-RPC message) accepted; a longer one breaks the connection."""
@@ -327,8 +328,7 @@ class StdioMcpClient:
                 future.set_exception(error)
         current.pending.clear()
         if current.broken is not None and current.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(current.proc.pid, signal.SIGKILL)
+            signal_process_group(current.proc.pid, signal.SIGKILL)
 
     # --- requests ----------------------------------------------------------------------------
     async def _request_on(
@@ -412,15 +412,10 @@ class StdioMcpClient:
     async def _stop(self, current: _Process) -> None:
         proc = current.proc
         if proc.stdin is not None and not proc.stdin.is_closing():
-            proc.stdin.close()
-        for sig in (None, signal.SIGTERM, signal.SIGKILL):
-            if proc.returncode is not None:
-                break
-            if sig is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), SHUTDOWN_GRACE_S)
+            proc.stdin.close()  # the spec's shutdown: most servers exit on end of input
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), SHUTDOWN_GRACE_S)
+        await stop_process_group_async(proc, SHUTDOWN_GRACE_S, kill_wait_s=SHUTDOWN_GRACE_S)
         for task in current.tasks:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(task, SHUTDOWN_GRACE_S)

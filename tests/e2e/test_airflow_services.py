@@ -29,10 +29,11 @@ from typing import Any
 import pytest
 import yaml
 
+from serving.runtime.ports import free_port
 from testkit.pipeline_specs import lenient_thresholds, tiny_spec
 from testkit.ray_head import RayHead, ray_head
 from training.demo.run import mcp_service, mlflow_service
-from training.demo.services import ManagedService, free_port
+from training.demo.services import ManagedService
 from training.orchestrator.follow import RunFollowError, follow_run, wait_for_run
 from training.orchestrator.layout import AirflowLayout, AirflowPorts, read_login
 from training.orchestrator.rest import AirflowApi, AirflowApiError

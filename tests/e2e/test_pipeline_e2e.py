@@ -18,11 +18,12 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
+from serving.runtime.ports import free_port
 from testkit.airflow_env import migrate
 from testkit.pipeline_specs import lenient_thresholds, tiny_spec
 from testkit.ray_head import RayHead
 from training.demo.run import mcp_service, mlflow_service
-from training.demo.services import ManagedService, free_port
+from training.demo.services import ManagedService
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 BIN = Path(sys.executable).parent

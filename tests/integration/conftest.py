@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -15,17 +12,14 @@ from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from serving.runtime.ports import free_port
+from serving.runtime.processes import start_process_group, stop_process_group
 
 
 @contextlib.contextmanager
 def _mlflow(root: Path, artifacts: str, env: dict[str, str]) -> Iterator[str]:
     """A real `mlflow server` on 127.0.0.1 in its own process group; yields its URI."""
-    port = _free_port()
+    port = free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
     command = [
         str(mlflow), "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
@@ -34,9 +28,7 @@ def _mlflow(root: Path, artifacts: str, env: dict[str, str]) -> Iterator[str]:
     ]  # fmt: skip
     log = (root / "server.log").open("wb")
     full_env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env}
-    process = subprocess.Popen(
-        command, env=full_env, stdout=log, stderr=log, start_new_session=True
-    )
+    process = start_process_group(command, env=full_env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -52,13 +44,7 @@ def _mlflow(root: Path, artifacts: str, env: dict[str, str]) -> Iterator[str]:
             time.sleep(0.3)
         yield url
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        stop_process_group(process, grace_s=20)
         log.close()
 
 
@@ -83,7 +69,7 @@ def mlflow_s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     import boto3
     from moto.server import ThreadedMotoServer
 
-    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port())
+    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port())
     s3.start()
     endpoint = f"http://127.0.0.1:{s3._port}"
     boto3.client("s3", endpoint_url=endpoint, **_boto(S3_ENV)).create_bucket(Bucket=S3_BUCKET)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from serving.runtime.ports import free_port
 from training.demo.run import _keep_running
-from training.demo.services import ManagedService, ServiceStack, free_port
+from training.demo.services import ManagedService, ServiceStack
 from training.orchestrator.layout import AirflowLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from serving.runtime.ports import free_port
 from training.checkpoints.layout import (
     TRACKER,
     is_complete,
@@ -20,12 +20,6 @@ from training.checkpoints.layout import (
     step_dir_name,
 )
 from training.checkpoints.s3 import CheckpointStore, S3Location, make_client
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from typing import Any
 import openai
 import pytest
 
+from serving.runtime.ports import free_port
 from testkit.mcp_servers import TIME_SERVER_COMMAND
-from training.demo.services import free_port
 from training.evaluation.scripted import Scripted, serve_in_thread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

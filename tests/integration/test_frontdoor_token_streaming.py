@@ -16,8 +16,8 @@ from serving.launch.commands import BackendConfig
 from serving.launch.process import ModelServer
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import start
+from serving.runtime.ports import free_port
 from testkit.frontdoor import Door, upstream_for
-from training.demo.services import free_port
 from training.model.tiny import TinyModelConfig, build_tiny_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

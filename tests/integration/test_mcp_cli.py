@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from serving.mcp_server.cli import register_cli
+from serving.runtime.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +28,6 @@ LAUNCH = (
     "def main() -> None: pass\n"
     "register_cli(app); app(sys.argv[1:])\n"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def cli_app() -> typer.Typer:

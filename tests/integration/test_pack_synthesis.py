@@ -280,9 +280,9 @@ def test_a_real_tiny_random_model_as_the_endpoint_is_rejected_with_counted_reaso
     garbage, so everything is rejected, each with a counted reason, and nothing crashes."""
     from serving.launch.commands import BackendConfig
     from serving.launch.process import ModelServer
+    from serving.runtime.ports import free_port
     from training.data.packs.loader import load_pack, resolve_pack
     from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
-    from training.demo.services import free_port
     from training.model.tiny import TinyModelConfig, build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", TinyModelConfig(hidden_size=64, num_layers=2))

@@ -27,6 +27,7 @@ from serving.launch.commands import BackendConfig
 from serving.launch.process import ModelServer
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
+from serving.runtime.ports import free_port
 from training.data.config import GenerationConfig
 from training.data.generate import build_manifest, generate_rows, write_dataset
 from training.evaluation.runner import EvalConfig, evaluate
@@ -79,7 +80,7 @@ def test_vllm_cpu_and_transformers_serve_are_indistinguishable_to_the_harness(
     write_dataset(rows, build_manifest(rows, GenerationConfig(n=120, seed=5)), tmp_path / "d")
     data = tmp_path / "d" / "test.parquet"
 
-    hf = BackendConfig(backend="transformers", model_dir=model_dir, port=_free_port())
+    hf = BackendConfig(backend="transformers", model_dir=model_dir, port=free_port())
     server = ModelServer(hf, tmp_path / "logs").start(300)
     try:
         hf_texts = [complete(server.base_url, hf.request_model_name, p) for p in PROMPTS]
@@ -117,11 +118,3 @@ def test_vllm_cpu_and_transformers_serve_are_indistinguishable_to_the_harness(
         thread.join(10)
     assert vllm_texts == hf_texts  # same greedy tokens from the same weights
     assert vllm_cases == hf_cases  # the harness sees the same episodes
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

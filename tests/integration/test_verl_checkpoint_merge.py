@@ -7,7 +7,6 @@ The H200 smoke run saved two steps but never reached the merge: the marker was m
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from serving.runtime.ports import free_port
 from training.checkpoints.layout import TRACKER, step_dir_name
 from training.jobs.entry import verl_result
 from training.model.tiny import build_tiny_model
@@ -23,12 +23,6 @@ from training.spec.model import TrainingSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def spec_for(train_file: Path, steps: int) -> TrainingSpec:

@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.demo.services import ManagedService, free_port
+from serving.runtime.ports import free_port
+from training.demo.services import ManagedService
 from training.jobs.auth import new_token, ray_auth_env
 from training.jobs.local_head import head_command
 

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from serving.runtime.ports import free_port
 from training.demo.airflow_run import AirflowHandle, run_loop, start_airflow
 from training.demo.pack import PackDemo, pack_answer_check, pack_question, prepare_pack_demo
 from training.demo.progress import CheckpointWatcher
@@ -34,7 +35,7 @@ from training.demo.report import (
     latest_run,
     start_line,
 )
-from training.demo.services import ManagedService, ServiceStack, free_port, service_stack
+from training.demo.services import ManagedService, ServiceStack, service_stack
 from training.jobs.auth import new_token, ray_auth_env
 from training.jobs.local_head import head_command
 from training.pipeline.config import REPO_ROOT

@@ -27,13 +27,14 @@ import os
 import re
 import select
 import shutil
-import signal
 import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from serving.runtime.processes import stop_process_group
 
 logger = logging.getLogger(__name__)
 
@@ -179,34 +180,9 @@ def _wait(pid: int, deadline: float) -> int | None:
 
 
 def _stop_group(pid: int) -> None:
-    """SIGTERM the browser's whole process group (renderers, GPU and zygote helpers too),
-    SIGKILL whatever is left after a grace period, and reap the leader."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            break  # the group is gone already
-        if _group_ends(pid, time.monotonic() + _KILL_GRACE_S):
-            break
-    _reap(pid)
-
-
-def _group_ends(pid: int, deadline: float) -> bool:
-    """Whether every process of group `pid` is gone before `deadline` (the leader is reaped
-    on the way: an unreaped zombie would keep the group alive)."""
-    while time.monotonic() < deadline:
-        _reap(pid)
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):  # reaped already
-        os.waitpid(pid, os.WNOHANG)
+    """The browser's whole process group (renderers, GPU and zygote helpers too): SIGTERM,
+    SIGKILL whatever is left after a grace period, the leader reaped."""
+    stop_process_group(pid, _KILL_GRACE_S, kill_wait_s=_KILL_GRACE_S)
 
 
 def _tail(path: Path, chars: int = 600) -> str:

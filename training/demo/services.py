@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,17 +22,13 @@ from typing import Protocol
 
 from rich.console import Console
 
+from serving.runtime.processes import start_process_group, stop_process_group
+
 console = Console(stderr=True)
 
 
 class ServiceError(RuntimeError):
     """A service did not start or died; the message says which and where its log is."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_ok(url: str, timeout_s: float = 2.0) -> bool:
@@ -61,12 +56,8 @@ class ManagedService:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            list(self.command),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, **self.env},
+        self.process = start_process_group(
+            self.command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
         )
         log.close()
         deadline = time.monotonic() + self.start_timeout_s
@@ -84,16 +75,8 @@ class ManagedService:
             time.sleep(0.5)
 
     def stop(self, grace_s: float = 20.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            stop_process_group(self.process, grace_s)
 
 
 class Stoppable(Protocol):

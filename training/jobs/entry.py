@@ -16,12 +16,14 @@ import argparse
 import logging
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from serving.runtime.processes import signal_process_group, start_process_group, stop_process_group
 from training.checkpoints.layout import (
     latest_complete_step,
     repair_tracker,
@@ -35,6 +37,8 @@ from training.spec.resolve import resolve_model, resolve_paths
 
 logger = logging.getLogger("toolrl.jobs")
 EXIT_INCOMPLETE = 3
+DRIFT_STOP_GRACE_S = 60.0
+"""Time verl gets to exit after SIGTERM on drift (its Ray workers too) before SIGKILL."""
 
 
 def restore_checkpoint(spec: TrainingSpec, run_dir: Path) -> int | None:
@@ -137,10 +141,10 @@ def worker_env_overrides(env: dict[str, str]) -> list[str]:
 def supervise(
     command: list[str], env: dict[str, str], watcher: Any, poll_s: float
 ) -> dict[str, float] | None:
-    """Run `command`, polling the drift watcher; terminate the process group on drift."""
-    import signal
-
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+    """Run `command`, polling the drift watcher; stop the process group on drift (verl's
+    Ray workers included). On an exception (Ctrl-C) the group gets SIGTERM without a wait:
+    whoever interrupted us may kill this driver soon after, and the group ends on its own."""
+    process = start_process_group(command, env=env)
     try:
         while process.poll() is None:
             if watcher.poll():
@@ -148,17 +152,12 @@ def supervise(
                     "format drift: malformed-call rate %s over the last steps; stopping training",
                     watcher.history[-watcher.window :],
                 )
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+                stop_process_group(process, grace_s=DRIFT_STOP_GRACE_S)
                 return dict(watcher.summary())
             time.sleep(poll_s)
     except BaseException:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
+            signal_process_group(process, signal.SIGTERM)
         raise
     if process.returncode != 0:
         raise subprocess.CalledProcessError(process.returncode, command[:4])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training.demo.services import free_port
+from serving.runtime.ports import free_port
 
 
 def head_command(

@@ -42,7 +42,7 @@ def up_command(
     the first start and printed once; it stays in WORKDIR/airflow/ui_login.json (mode 0600)."""
     import os
 
-    from training.demo.services import free_port
+    from serving.runtime.ports import free_port
     from training.orchestrator.layout import UI_USER, AirflowLayout, AirflowPorts
     from training.orchestrator.services import AirflowServiceError, up
     from training.pipeline.config import CONFIG_ENV, load_pipeline_config

@@ -9,7 +9,6 @@ the fault tests) never takes a sibling down, and `down` leaves no orphaned task 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from serving.runtime.processes import signal_process_group, start_process_group, stop_process_group
 from training.orchestrator.layout import (
     BIN,
     AirflowLayout,
@@ -158,12 +158,11 @@ def _spawn(name: str, env: dict[str, str], layout: AirflowLayout) -> RunningServ
         command += ["--host", "127.0.0.1", "--port", env["AIRFLOW__API__PORT"], "--workers", "1"]
     log = layout.log_of(name)
     with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as sink:
-        process = subprocess.Popen(
+        process = start_process_group(
             command,
             stdout=sink,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
             env={**os.environ, **env},
             umask=0o077,
         )
@@ -289,21 +288,10 @@ def kill(layout: AirflowLayout, name: str, sig: int = signal.SIGKILL) -> None:
     if deployment is None or name not in deployment.services:
         raise AirflowServiceError(f"Airflow {name} is not recorded in {layout.registry}")
     service = deployment.services[name]
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(service.pid, sig)
+    signal_process_group(service.pid, sig)
     deadline = time.monotonic() + 30
     while service.alive() and time.monotonic() < deadline:
         time.sleep(0.2)
-
-
-def _stop_group(service: RunningService, grace_s: float) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(service.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while service.alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(service.pid, signal.SIGKILL)  # the group: task runners it forked, too
 
 
 def stop(
@@ -320,7 +308,7 @@ def stop(
             continue
         if service.alive():
             stopped.append(name)
-        _stop_group(service, grace_s)
+        stop_process_group(service.pid, grace_s)  # the group: task runners it forked, too
     layout.registry.unlink(missing_ok=True)
     return stopped
 
@@ -347,6 +335,6 @@ def stop_companions(layout: AirflowLayout, grace_s: float = 15.0) -> list[str]:
     for companion in reversed(companions):
         if companion.alive():
             stopped.append(companion.name)
-        _stop_group(companion, grace_s)
+        stop_process_group(companion.pid, grace_s)
     path.unlink(missing_ok=True)
     return stopped

@@ -339,7 +339,7 @@ def evaluate_model(
     cached, requests batched) and run the eval harness against it."""
     from serving.launch.commands import BackendConfig
     from serving.launch.process import ModelServer
-    from training.demo.services import free_port
+    from serving.runtime.ports import free_port
     from training.evaluation.runner import EvalConfig, evaluate
 
     backend = BackendConfig(
