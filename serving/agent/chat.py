@@ -15,10 +15,9 @@ text and the project's parser.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,8 +25,14 @@ import aiohttp
 
 from serving.agent.stream_reply import StreamedReply
 from serving.agent.types import Message, TransportError
+from serving.runtime.retry import retry_async
 
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+
+
+class _RetryableError(Exception):
+    """One try failed in a way another try may fix (a dropped connection, 429, 502-504);
+    the message is the problem the final TransportError quotes."""
 
 
 class BackendOutputError(TransportError):
@@ -162,17 +167,25 @@ class ChatClient:
             await self._http.close()
         self._http = None
 
-    async def _backoff(self, attempt: int) -> None:
-        if attempt:
-            delay = min(self.retry.max_backoff_s, self.retry.backoff_s * 2 ** (attempt - 1))
-            await asyncio.sleep(delay)
+    async def _retrying(self, once: Callable[[], Awaitable[ChatReply]], url: str) -> ChatReply:
+        """`once()` under the retry policy: `_RetryableError` failures are tried again with
+        doubling backoff, anything else propagates; the last problem ends as TransportError."""
+        return await retry_async(
+            once,
+            attempts=self.retry.attempts,
+            first_backoff_s=self.retry.backoff_s,
+            max_backoff_s=self.retry.max_backoff_s,
+            what=url,
+            retry_on=_RetryableError,
+            error=TransportError,
+            describe=str,
+        )
 
     async def _post(self, path: str, payload: dict[str, Any], retry_500: bool) -> ChatReply:
         url = f"{self.base_url}{path}"
         data = json.dumps(payload, ensure_ascii=False)
-        problem = ""
-        for attempt in range(self.retry.attempts):
-            await self._backoff(attempt)
+
+        async def once() -> ChatReply:
             started = time.perf_counter()
             try:
                 http = await self._session()
@@ -180,13 +193,13 @@ class ChatClient:
                     status = response.status
                     text = await response.text()
             except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as exc:
-                problem = f"{type(exc).__name__}: {str(exc)[:200]}"
-                continue
+                raise _RetryableError(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
             if status == 200:
                 reply = _parse_text(url, text)
                 return replace(reply, latency_s=time.perf_counter() - started)
-            problem = _retryable_refusal(url, status, text, retry_500)
-        raise TransportError(f"{url}: failed after {self.retry.attempts} attempts: {problem}")
+            raise _RetryableError(_retryable_refusal(url, status, text, retry_500))
+
+        return await self._retrying(once, url)
 
     async def chat(
         self,
@@ -224,9 +237,8 @@ class ChatClient:
         body is accepted: its content is handed over in one piece."""
         url = f"{self.base_url}{path}"
         data = json.dumps(payload, ensure_ascii=False)
-        problem = ""
-        for attempt in range(self.retry.attempts):
-            await self._backoff(attempt)
+
+        async def once() -> ChatReply:
             started = time.perf_counter()
             reply = StreamedReply(url)
             try:
@@ -250,8 +262,7 @@ class ChatClient:
             except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError, ValueError) as exc:
                 if reply.content:
                     raise TransportError(f"{url}: the stream broke after it began: {exc}") from exc
-                problem = f"{type(exc).__name__}: {str(exc)[:200]}"
-                continue
+                raise _RetryableError(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
             latency = time.perf_counter() - started
             if status == 200 and streamed:
                 return ChatReply(
@@ -266,8 +277,9 @@ class ChatClient:
                 if plain.content:
                     on_delta(plain.content)
                 return replace(plain, latency_s=latency)
-            problem = _retryable_refusal(url, status, text, retry_500)
-        raise TransportError(f"{url}: failed after {self.retry.attempts} attempts: {problem}")
+            raise _RetryableError(_retryable_refusal(url, status, text, retry_500))
+
+        return await self._retrying(once, url)
 
     async def complete(self, prompt: str, overrides: Mapping[str, Any] | None = None) -> ChatReply:
         """POST /completions with an already-rendered prompt: the raw text comes back."""

@@ -18,6 +18,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
+from serving.runtime.retry import RetryError, retry_async
+
 PROMPT = (
     "Rewrite the user's request in different words, in the same language. Keep every number, "
     "name, code and quoted text exactly as written. Reply with the rewritten request only.\n\n"
@@ -75,21 +77,23 @@ async def _ask(client: httpx.AsyncClient, config: ParaphraseConfig, query: str) 
         "max_tokens": 256,
         "messages": [{"role": "user", "content": PROMPT.format(query=query)}],
     }
-    for attempt in range(config.retries + 1):
-        try:
-            response = await client.post("/chat/completions", json=body)
-            if response.status_code in (429, 500, 502, 503, 504):
-                raise httpx.HTTPStatusError(
-                    "retryable", request=response.request, response=response
-                )
-            response.raise_for_status()
-            content = response.json()["choices"][0]["message"]["content"]
-            return content if isinstance(content, str) else None
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-            if attempt == config.retries:
-                return None
-            await asyncio.sleep(0.2 * 2**attempt)
-    return None
+
+    async def once() -> str | None:
+        response = await client.post("/chat/completions", json=body)
+        response.raise_for_status()  # any non-2xx: retried below, like every HTTP error
+        content = response.json()["choices"][0]["message"]["content"]
+        return content if isinstance(content, str) else None
+
+    try:
+        return await retry_async(
+            once,
+            attempts=config.retries + 1,
+            first_backoff_s=0.2,
+            what="paraphrase",
+            retry_on=(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError),
+        )
+    except RetryError:
+        return None  # counted as failed; the template query stays
 
 
 async def _paraphrase_all(

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from serving.runtime.retry import retry_async
 from training.rewards.config import JudgeConfig, RuleWeights
 
 logger = logging.getLogger(__name__)
@@ -136,6 +137,28 @@ def parse_reply(content: str, count: int) -> tuple[list[float], list[str]]:
     return [scores[i][0] for i in range(1, count + 1)], [scores[i][1] for i in range(1, count + 1)]
 
 
+def failure_reason(exc: BaseException) -> str:
+    """The counted key of a failed judge request (`JudgeStats.failures`)."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"http_{exc.response.status_code}"
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.TransportError):
+        return "transport"
+    if isinstance(exc, JudgeReplyError):
+        return "bad_reply"
+    return type(exc).__name__
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    """429 and 5xx, timeouts, transport failures and garbage replies; not other 4xx (the
+    request itself is wrong, another try gets the same answer)."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        status = exc.response.status_code
+        return status == 429 or status >= 500
+    return isinstance(exc, TimeoutError | httpx.TransportError | JudgeReplyError)
+
+
 def combine(rule: float, judge: float | None, weight: float, weights: RuleWeights) -> float:
     """(1 - w) x rule + w x judge scaled onto the rule's clip range; rule alone on fallback."""
     if judge is None:
@@ -226,6 +249,20 @@ class GroupJudge:
             raise JudgeReplyError("completion has no text content")
         return parse_reply(content, count)
 
+    async def _request_counted(
+        self, messages: list[dict[str, str]], count: int
+    ) -> tuple[list[float], list[str]]:
+        """`_request`, with each failure of a known kind counted by its reason."""
+        try:
+            return await self._request(messages, count)
+        except (httpx.HTTPStatusError, TimeoutError, httpx.TransportError, JudgeReplyError) as exc:
+            self.stats.count_failure(failure_reason(exc))
+            raise
+
+    def _count_retry(self, _: BaseException, wait_s: float) -> None:
+        self.stats.retries += 1
+        self.stats.backoff_waits.append(wait_s)
+
     async def _judge_chunk(
         self, prompt: str, chunk: Sequence[str]
     ) -> tuple[list[float], list[str]]:
@@ -235,33 +272,19 @@ class GroupJudge:
             self.stats.cache_hits += 1
             self._cache.move_to_end(key)
             return self._cache[key]
-        delay = self.config.backoff_s
         async with self._bind_loop():
-            for attempt in range(self.config.max_retries + 1):
-                try:
-                    result: tuple[list[float], list[str]] = await self._request(
-                        messages, len(chunk)
-                    )
-                    break
-                except httpx.HTTPStatusError as exc:
-                    status = exc.response.status_code
-                    if status != 429 and status < 500:
-                        self.stats.count_failure(f"http_{status}")
-                        raise
-                    reason = f"http_{status}"
-                except (TimeoutError, httpx.TimeoutException):
-                    reason = "timeout"
-                except httpx.TransportError:
-                    reason = "transport"
-                except JudgeReplyError:
-                    reason = "bad_reply"
-                self.stats.count_failure(reason)
-                if attempt == self.config.max_retries:
-                    raise JudgeReplyError(f"judge failed after {attempt + 1} tries: {reason}")
-                self.stats.retries += 1
-                self.stats.backoff_waits.append(delay)
-                await asyncio.sleep(delay)
-                delay *= 2
+            result = await retry_async(
+                self._request_counted,
+                messages,
+                len(chunk),
+                attempts=self.config.max_retries + 1,
+                first_backoff_s=self.config.backoff_s,
+                what="judge",
+                retry_on=_worth_retrying,
+                error=JudgeReplyError,
+                describe=failure_reason,
+                on_retry=self._count_retry,
+            )
         if self.config.cache_size:
             self._cache[key] = result
             while len(self._cache) > self.config.cache_size:

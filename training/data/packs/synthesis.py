@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from serving.mcp_client.base import McpClient
 from serving.mcp_client.call_store import CallStore
+from serving.runtime.retry import retry_async
 from training.data.config import ValidationConfig
 from training.data.generate import dataset_version, write_dataset
 from training.data.packs.check import schema_problems
@@ -427,7 +428,7 @@ def build_prompt(
 
 
 class _RetryableError(Exception):
-    pass
+    """An answer worth another try (429, 5xx); its message is the problem."""
 
 
 async def _post(client: httpx.AsyncClient, body: dict[str, Any], limit: int) -> httpx.Response:
@@ -456,8 +457,8 @@ async def ask(client: httpx.AsyncClient, config: SynthesisConfig, prompt: str) -
     }
     if config.json_mode:
         body["response_format"] = {"type": "json_object"}
-    last = ""
-    for attempt in range(config.retries + 1):
+
+    async def once() -> str:
         try:
             response = await _post(client, body, config.max_reply_bytes)
             if response.status_code == 400 and "response_format" in body:
@@ -468,16 +469,21 @@ async def ask(client: httpx.AsyncClient, config: SynthesisConfig, prompt: str) -
             if response.status_code != 200:
                 raise ProposalError("endpoint_error", f"HTTP {response.status_code}")
             content = response.json()["choices"][0]["message"]["content"]
-            if not isinstance(content, str):
-                raise ProposalError("endpoint_error", "the reply has no text content")
-            return content
-        except (_RetryableError, httpx.HTTPError) as exc:
-            last = str(exc)[:120] or type(exc).__name__
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ProposalError("endpoint_error", f"not a chat completion: {exc}"[:160]) from None
-        if attempt < config.retries:
-            await asyncio.sleep(0.2 * 2**attempt)
-    raise ProposalError("endpoint_error", last)
+        if not isinstance(content, str):
+            raise ProposalError("endpoint_error", "the reply has no text content")
+        return content
+
+    return await retry_async(
+        once,
+        attempts=config.retries + 1,
+        first_backoff_s=0.2,
+        what="the endpoint",
+        retry_on=(_RetryableError, httpx.HTTPError),
+        error=lambda message: ProposalError("endpoint_error", message),
+        describe=lambda exc: str(exc)[:120] or type(exc).__name__,
+    )
 
 
 # ---- the whole run ----------------------------------------------------------------------
