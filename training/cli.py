@@ -6,7 +6,6 @@ so `toolrl --help` answers instantly.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -83,7 +82,10 @@ def data_generate(
     n: Annotated[int, typer.Option(help="Total rows, train + test.")] = 2_000,
     seed: Annotated[int, typer.Option(help="Random seed; same seed, same dataset version.")] = 0,
     test_fraction: Annotated[float, typer.Option(help="Share of rows in the test split.")] = 0.1,
-    chinese_fraction: Annotated[float, typer.Option(help="Share of rows in Chinese.")] = 0.3,
+    chinese_fraction: Annotated[
+        float | None,
+        typer.Option(help="Share of rows in Chinese (default: the pack's `languages`, 0.3)."),
+    ] = None,
     paraphrase_url: Annotated[
         str | None,
         typer.Option(help="OpenAI-compatible endpoint to paraphrase queries (optional)."),
@@ -91,64 +93,37 @@ def data_generate(
     paraphrase_model: Annotated[str, typer.Option(help="Model name for paraphrasing.")] = "default",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
     pack: Annotated[
-        str | None,
+        str,
         typer.Option(
-            help="Generate from a task pack (file, or a shipped pack: time, memory, toolrl) "
-            "against its MCP server instead of the built-in generator; --chinese-fraction is "
-            "then the pack's `languages`.",
+            help="Task pack to generate from (a file, or a shipped pack: toolrl, time, memory); "
+            "the default, toolrl, is the project's 11 tools, run in-process in mock mode.",
         ),
-    ] = None,
+    ] = "toolrl",
     sources: Annotated[
         Path | None,
-        typer.Option(help="With --pack: tool sources YAML with the pack's server."),
+        typer.Option(help="Tool sources YAML with the pack's server (default: its `source:`)."),
     ] = None,
 ) -> None:
-    """Generate train.parquet, test.parquet and manifest.json (version = content hash)."""
-    from pydantic import ValidationError
+    """Generate train.parquet, test.parquet and manifest.json (version = content hash) from a
+    task pack, every expected call executed on its server."""
+    from training.data.packs.cli import run_pack_generation
 
-    if pack is not None:
-        from training.data.packs.cli import run_pack_generation
-
-        if paraphrase_url:
-            raise typer.BadParameter("--paraphrase-url does not apply to --pack (yet)")
-        run_pack_generation(pack, out, sources, n, seed, test_fraction, quiet=quiet)
-        return
-
-    from training.data.config import GenerationConfig
-    from training.data.generate import GenerationError, build_manifest, generate_rows, write_dataset
-
-    try:
-        config = GenerationConfig(
-            n=n, seed=seed, test_fraction=test_fraction, chinese_fraction=chinese_fraction
-        )
-    except ValidationError as exc:
-        raise typer.BadParameter(_first_error(exc)) from exc
-    try:
-        rows = generate_rows(config, progress=not quiet)
-    except GenerationError as exc:
-        typer.secho(f"generation failed: {exc}", fg="red", err=True)
-        raise typer.Exit(2) from exc
-    generator_kind = "templates"
+    paraphrase = None
     if paraphrase_url:
-        from training.data.paraphrase import ParaphraseConfig, paraphrase_rows
+        from training.data.paraphrase import ParaphraseConfig
 
-        stats = paraphrase_rows(
-            rows, ParaphraseConfig(url=paraphrase_url, model=paraphrase_model), progress=not quiet
-        )
-        generator_kind = "templates+llm"
-        typer.echo(
-            f"paraphrased {stats.accepted}/{stats.attempted} queries "
-            f"({stats.rejected} rejected, {stats.failed} endpoint failures kept as templates)"
-        )
-    manifest = build_manifest(rows, config)
-    manifest["generator"]["kind"] = generator_kind
-    write_dataset(rows, manifest, out)
-    typer.echo(
-        f"dataset {manifest['dataset_version']}: {manifest['rows']} rows "
-        f"({manifest['splits']}) -> {out}"
+        paraphrase = ParaphraseConfig(url=paraphrase_url, model=paraphrase_model)
+    run_pack_generation(
+        pack,
+        out,
+        sources,
+        n,
+        seed,
+        test_fraction,
+        quiet=quiet,
+        chinese_fraction=chinese_fraction,
+        paraphrase=paraphrase,
     )
-    typer.echo(f"categories: {json.dumps(manifest['category'])}")
-    typer.echo(f"next: toolrl data validate {out}")
 
 
 @data_app.command("validate")
@@ -255,16 +230,6 @@ def demo(
     except KeyboardInterrupt as exc:
         typer.secho("demo interrupted; all services stopped", fg="yellow", err=True)
         raise typer.Exit(130) from exc
-
-
-def _first_error(exc: Exception) -> str:
-    errors: list[dict[str, object]] = getattr(exc, "errors", lambda: [])()
-    if errors:
-        first = errors[0]
-        location = first.get("loc", ())
-        parts = location if isinstance(location, tuple) else ()
-        return f"{'.'.join(str(p) for p in parts)}: {first.get('msg')}"
-    return str(exc)
 
 
 if __name__ == "__main__":

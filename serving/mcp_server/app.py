@@ -54,6 +54,17 @@ def tool_list(catalog: ToolCatalog) -> list[types.Tool]:
     ]
 
 
+def unknown_tool(runner: CallRunner, name: str) -> str | None:
+    """The message for a call to a tool the catalog does not have (counted), or None.
+
+    The spec makes an unknown tool a protocol error (JSON-RPC invalid params), not a tool
+    result; the message still teaches, naming the tools there are."""
+    if name in runner.catalog:
+        return None
+    runner.metrics.record(name, 0.0, "unknown_tool")
+    return f"Unknown tool {name[:60]!r}; available tools: {', '.join(runner.catalog.names)}"
+
+
 def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str | None:
     request = ctx.request
     headers = getattr(request, "headers", None)
@@ -100,14 +111,9 @@ def build_mcp_server(runner: CallRunner) -> Server[Any]:
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        if params.name not in runner.catalog:
-            # The spec makes an unknown tool a protocol error; the message still teaches.
-            runner.metrics.record(params.name, 0.0, "unknown_tool")
-            available = ", ".join(runner.catalog.names)
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"Unknown tool {params.name[:60]!r}; available tools: {available}",
-            )
+        unknown = unknown_tool(runner, params.name)
+        if unknown is not None:
+            raise MCPError(types.INVALID_PARAMS, unknown)
         session, seq = _session_of(ctx, params)
         outcome = await runner.call(params.name, params.arguments, session, seq)
         return types.CallToolResult(

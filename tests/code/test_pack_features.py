@@ -20,6 +20,7 @@ import pytest
 from serving.tools import get_catalog
 from serving.tools.providers import load_world
 from training.data.packs.check import check_pack
+from training.data.packs.generate import with_chinese_fraction
 from training.data.packs.loader import PackError, load_pack, parse_pack_text
 from training.data.packs.model import PoolFile
 from training.data.packs.pool_files import MAX_POOL_FILE_BYTES, PROJECT_DATA_DIR
@@ -356,7 +357,7 @@ def test_the_project_server_source_is_typed() -> None:
     )
     loaded = load(base.replace("pools:", "source: {project_server: mock}\npools:"))
     with pytest.raises(PackError, match="the project's own MCP server"):
-        pack_sources(loaded, None)  # only `reach_pack_server` starts it
+        pack_sources(loaded, None)  # only `pack_client` runs it (in-process)
 
 
 def test_the_shipped_toolrl_pack_checks_clean_against_the_catalog() -> None:
@@ -367,3 +368,19 @@ def test_the_shipped_toolrl_pack_checks_clean_against_the_catalog() -> None:
     ]
     assert set(loaded.data_files) == {"world.json"}
     assert check_pack(loaded, tools()) == []
+
+
+def test_a_chinese_fraction_rescales_the_languages() -> None:
+    """`--chinese-fraction` (and the pipeline's `chinese_fraction`) on a pack: Chinese gets
+    the share, the other languages the rest in their ratio; a zero share drops a language."""
+    toolrl = load_pack(Path("training/data/packs/builtin/toolrl.yaml").resolve())
+    assert with_chinese_fraction(toolrl, None) is toolrl
+    assert with_chinese_fraction(toolrl, 0.0).spec.languages == {"en": 1.0}
+    assert with_chinese_fraction(toolrl, 0.5).spec.languages == {"en": 0.5, "zh": 0.5}
+    assert with_chinese_fraction(toolrl, 1.0).spec.languages == {"zh": 1.0}
+    assert toolrl.spec.languages == {"en": 0.7, "zh": 0.3}  # the loaded pack is not changed
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        with_chinese_fraction(toolrl, 1.5)
+    english = load(pack_text(CITY_SLOTS))
+    with pytest.raises(PackError, match="no Chinese"):
+        with_chinese_fraction(english, 0.3)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -133,3 +134,22 @@ def paraphrase_rows(
 ) -> ParaphraseStats:
     """Paraphrase rows in place (irrelevance rows too); return what happened."""
     return asyncio.run(_paraphrase_all(rows, config, progress))
+
+
+def paraphrase_dataset(
+    rows: list[dict[str, Any]],
+    manifest: dict[str, Any],
+    out_dir: Path,
+    config: ParaphraseConfig,
+    progress: bool = True,
+) -> ParaphraseStats:
+    """Paraphrase a generated dataset's rows and write it again: the manifest (updated in
+    place) gets the new `dataset_version` and `paraphrase` (endpoint, model, counts). The
+    ground truth, the call store and the tool snapshot do not change: only queries do."""
+    from training.data.packs.generate import dataset_version, write_dataset
+
+    stats = paraphrase_rows(rows, config, progress=progress)
+    manifest["dataset_version"] = dataset_version(rows)
+    manifest["paraphrase"] = {"url": config.url, "model": config.model, **asdict(stats)}
+    write_dataset(rows, manifest, out_dir)
+    return stats

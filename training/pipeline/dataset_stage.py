@@ -9,8 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from training.data.config import GenerationConfig
-from training.data.generate import generate_dataset
+from training.data.packs.generate import generate_builtin_dataset
 from training.data.validate import validate_dataset
 from training.pipeline.config import PipelineConfig
 
@@ -32,15 +31,13 @@ def generate_stage(config: PipelineConfig, run_key: str, rows: int | None = None
         shutil.rmtree(staging)  # a retried task starts clean; nothing is published yet
     if config.pack:
         return _generate_from_pack(config, staging, rows or config.dataset_rows, run_key)
-    manifest = generate_dataset(
-        GenerationConfig(
-            n=rows or config.dataset_rows,
-            seed=seed_for_run(run_key),
-            chinese_fraction=config.chinese_fraction,
-        ),
+    manifest = generate_builtin_dataset(
         staging,
+        n=rows or config.dataset_rows,
+        seed=seed_for_run(run_key),
+        chinese_fraction=config.chinese_fraction,
         progress=False,
-    )
+    ).manifest
     return {
         "staging_dir": str(staging),
         "dataset_version": manifest["dataset_version"],

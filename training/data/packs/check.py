@@ -19,7 +19,14 @@ import jsonschema
 from jsonschema.protocols import Validator
 
 from training.data.packs.loader import LoadedPack
-from training.data.packs.model import CallSpec, IntentSpec, PackSpec, SlotSpec, step_calls
+from training.data.packs.model import (
+    SYSTEM_PROMPTS,
+    CallSpec,
+    IntentSpec,
+    PackSpec,
+    SlotSpec,
+    step_calls,
+)
 from training.data.packs.refs import (
     RefError,
     fill,
@@ -34,7 +41,6 @@ from training.data.schema import Category
 
 SAMPLE_DRAWS = 12
 """Slot draws per intent and language whose filled arguments are schema-checked."""
-DEFAULT_PROMPT_LANGUAGES = ("en", "zh")
 PLACEHOLDER_VALUE = "<result>"
 
 
@@ -377,7 +383,7 @@ def check_pack(loaded: LoadedPack, tools: Mapping[str, Mapping[str, Any]]) -> li
     pack = loaded.spec
     report = _Report(loaded)
     for lang in pack.languages:
-        if lang not in DEFAULT_PROMPT_LANGUAGES and lang not in pack.system_prompts:
+        if lang not in SYSTEM_PROMPTS and lang not in pack.system_prompts:
             report.add(["languages"], "pack", f"language {lang!r} needs a system_prompts entry")
     present = {intent.category for intent in pack.intents}
     if pack.category_mix is not None:

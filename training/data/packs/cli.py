@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from training.data.packs.execute import ServerTool
     from training.data.packs.loader import LoadedPack
+    from training.data.paraphrase import ParaphraseConfig
 
 
 SourcesOption = Annotated[
@@ -42,6 +44,17 @@ def resolve_pack(text: str) -> Path:
 def _fail(message: str, code: int = 2) -> typer.Exit:
     typer.secho(message, fg="red", err=True)
     return typer.Exit(code)
+
+
+def _first_error(exc: Exception) -> str:
+    """`n: Input should be greater than or equal to 10` for a pydantic error."""
+    errors: list[dict[str, object]] = getattr(exc, "errors", lambda: [])()
+    if errors:
+        first = errors[0]
+        location = first.get("loc", ())
+        parts = location if isinstance(location, tuple) else ()
+        return f"{'.'.join(str(p) for p in parts)}: {first.get('msg')}"
+    return str(exc)
 
 
 def _load(text: str) -> LoadedPack:
@@ -147,29 +160,21 @@ def register_cli(tools_app: typer.Typer) -> None:
         each with file:line and intent.
         """
         from serving.mcp_client.base import McpClientError
-        from serving.mcp_client.catalog import ToolCatalog
         from training.data.packs.check import check_pack
         from training.data.packs.loader import PackError
-        from training.data.packs.server import reach_pack_server, server_tools
+        from training.data.packs.server import pack_client, server_tools
 
         loaded = _load(pack)
         if offline:
             typer.secho(f"file OK (server not asked): {_summary(loaded)}", fg="green")
             return
 
-        async def listed(sources: Any, base_dir: Path) -> Any:
-            only = sources.model_copy(
-                update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
-            )
-            catalog = ToolCatalog(only, base_dir=base_dir)
-            try:
-                return await server_tools(catalog, loaded.spec.server)
-            finally:
-                await catalog.close()
+        async def listed() -> dict[str, ServerTool]:
+            async with pack_client(loaded, sources_file) as client:
+                return await server_tools(client, loaded.spec.server)
 
         try:
-            with reach_pack_server(loaded, sources_file) as (sources, base_dir):
-                tools = asyncio.run(listed(sources, base_dir))
+            tools = asyncio.run(listed())
         except (PackError, OSError, ValueError) as exc:
             raise _fail(str(exc)) from exc
         except McpClientError as exc:
@@ -259,7 +264,7 @@ def register_cli(tools_app: typer.Typer) -> None:
         import os
 
         from serving.mcp_client.base import McpClientError
-        from training.data.generate import GenerationError
+        from training.data.packs.generate import GenerationError
         from training.data.packs.loader import PackError
         from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
 
@@ -314,16 +319,31 @@ def run_pack_generation(
     max_invalid_fraction: float = 0.05,
     concurrency: int = 32,
     quiet: bool = False,
+    chinese_fraction: float | None = None,
+    paraphrase: ParaphraseConfig | None = None,
 ) -> None:
-    """`tools pack generate` and `data generate --pack`: generate, write, report."""
+    """`tools pack generate` and `data generate`: generate, write, report. `chinese_fraction`
+    overrides the pack's share of Chinese rows; `paraphrase` rewrites the queries through an
+    LLM afterwards (`training.data.paraphrase`)."""
     from pydantic import ValidationError
 
     from serving.mcp_client.base import McpClientError
-    from training.data.generate import GenerationError
-    from training.data.packs.generate import generate_from_sources
+    from training.data.config import GenerationConfig
+    from training.data.packs.generate import (
+        GenerationError,
+        generate_from_sources,
+        with_chinese_fraction,
+    )
     from training.data.packs.loader import PackError
 
     loaded = _load(pack)
+    try:  # the settings first: a bad one is refused before any server starts
+        GenerationConfig(n=n, seed=seed, test_fraction=test_fraction)
+        loaded = with_chinese_fraction(loaded, chinese_fraction)
+    except ValidationError as exc:
+        raise _fail(f"generation failed: {_first_error(exc)}") from exc
+    except (PackError, ValueError) as exc:
+        raise _fail(f"generation failed: {exc}") from exc
     try:
         dataset = generate_from_sources(
             loaded,
@@ -341,6 +361,14 @@ def run_pack_generation(
         raise _fail("pack invalid:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
     except (GenerationError, McpClientError, ValidationError, OSError, ValueError) as exc:
         raise _fail(f"generation failed: {exc}") from exc
+    if paraphrase is not None:
+        from training.data.paraphrase import paraphrase_dataset
+
+        stats = paraphrase_dataset(dataset.rows, dataset.manifest, out, paraphrase, not quiet)
+        typer.echo(
+            f"paraphrased {stats.accepted}/{stats.attempted} queries "
+            f"({stats.rejected} rejected, {stats.failed} endpoint failures kept as templates)"
+        )
     manifest = dataset.manifest
     info, calls = manifest["pack"], manifest["call_store"]
     typer.echo(

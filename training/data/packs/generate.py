@@ -16,25 +16,16 @@ import json
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pandas as pd
 from tqdm import tqdm
 
 from serving.mcp_client.base import McpClient
 from serving.mcp_client.call_store import CallStore
-from serving.mcp_client.catalog import ToolCatalog
-from serving.mcp_client.sources import ToolSources
 from training.data.config import DEFAULT_MIX, GenerationConfig
-from training.data.generate import (
-    DECORATIONS,
-    SYSTEM_PROMPTS,
-    GenerationError,
-    category_plan,
-    dataset_version,
-    write_dataset,
-)
 from training.data.packs.check import check_pack
 from training.data.packs.execute import (
     CallExecutor,
@@ -46,19 +37,42 @@ from training.data.packs.execute import (
     execute_intent,
     reset_server,
 )
-from training.data.packs.loader import LoadedPack, PackError
-from training.data.packs.model import IntentSpec, PackSpec, step_calls
+from training.data.packs.loader import LoadedPack, PackError, load_pack, resolve_pack
+from training.data.packs.model import (
+    DECORATIONS,
+    SYSTEM_PROMPTS,
+    IntentSpec,
+    PackSpec,
+    step_calls,
+)
 from training.data.packs.refs import render_text
-from training.data.packs.server import reach_pack_server, server_tools, tools_snapshot
+from training.data.packs.server import pack_client, server_tools, tools_snapshot
 from training.data.packs.slots import draw_slots
 from training.data.packs.split import held_out, template_id
 from training.data.queries import normalise_query, query_shape
-from training.data.schema import AGENT_NAME, DATA_SOURCE, SCHEMA_VERSION, Category, GroundTruth
+from training.data.schema import (
+    AGENT_NAME,
+    DATA_SOURCE,
+    ROW_COLUMNS,
+    SCHEMA_VERSION,
+    Category,
+    GroundTruth,
+)
 
 T = TypeVar("T")
 
 TOOLS_FILE = "tools.json"
 STORE_FILE = "calls.sqlite"
+BUILTIN_PACK = "toolrl"
+"""The shipped pack of the project's 11 tools: what `toolrl data generate` and the dataset
+DAG generate when no other pack is named."""
+PACK_KIND = "pack"
+BUILTIN_KIND = "builtin"
+
+
+class GenerationError(RuntimeError):
+    """Generation could not satisfy the settings (the template space is too small for n, too
+    many rows are invalid)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,29 @@ class PackDataset:
     invalid: list[tuple[PlannedRow, InvalidRowError]] = field(default_factory=list)
 
 
+def with_chinese_fraction(loaded: LoadedPack, fraction: float | None) -> LoadedPack:
+    """The pack with `fraction` of its rows in Chinese (`zh`) and the other languages' shares
+    scaled to the rest (None: the pack as written). A language left with no share is dropped,
+    so a fraction of 0 gives a dataset without Chinese rows."""
+    pack = loaded.spec
+    if fraction is None:
+        return loaded
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"the Chinese fraction must be between 0 and 1 (got {fraction})")
+    if "zh" not in pack.languages:
+        raise PackError(
+            [f"{loaded.path}: the pack has no Chinese (`zh`) phrasings to give a fraction to"]
+        )
+    others = {lang: share for lang, share in pack.languages.items() if lang != "zh"}
+    rest = sum(others.values())
+    if fraction < 1.0 and rest <= 0:
+        raise PackError([f"{loaded.path}: the pack has only Chinese rows (`languages`)"])
+    languages = {lang: share / rest * (1.0 - fraction) for lang, share in others.items()}
+    languages["zh"] = fraction
+    languages = {lang: share for lang, share in languages.items() if share > 0}
+    return replace(loaded, spec=pack.model_copy(update={"languages": languages}))
+
+
 def pack_config(pack: PackSpec, n: int, seed: int, test_fraction: float) -> GenerationConfig:
     """The generator settings recorded in the manifest (the validation reads the category
     mix from them). Without a `category_mix`, the project's default mix over the pack's
@@ -94,6 +131,26 @@ def pack_config(pack: PackSpec, n: int, seed: int, test_fraction: float) -> Gene
         chinese_fraction=pack.languages.get("zh", 0.0),
         category_mix={c: s for c, s in mix.items() if s > 0},
     )
+
+
+def category_plan(config: GenerationConfig, rng: random.Random) -> list[Category]:
+    """The category of every row: the target mix in exact counts (largest remainder), in a
+    seeded random order.
+
+    Independent weighted draws miss the mix by a binomial error: at 120 rows a share of 0.33
+    is off by more than the validation's 0.08 tolerance about one run in twenty, and the
+    dataset DAG (a new seed every run) then refuses its own output.
+    """
+    mix = {c: share for c, share in config.category_mix.items() if share > 0}
+    total = sum(mix.values())
+    exact = {c: config.n * share / total for c, share in mix.items()}
+    counts = {c: int(value) for c, value in exact.items()}
+    by_remainder = sorted(mix, key=lambda c: (counts[c] - exact[c], list(mix).index(c)))
+    for category in by_remainder[: config.n - sum(counts.values())]:
+        counts[category] += 1
+    plan = [c for c, count in counts.items() for _ in range(count)]
+    rng.shuffle(plan)
+    return plan
 
 
 def template_pools(pack: PackSpec) -> dict[tuple[str, str], dict[str, list[str]]]:
@@ -128,6 +185,10 @@ def plan_rows(pack: PackSpec, config: GenerationConfig) -> list[PlannedRow]:
         other = "train" if split == "test" else "test"
         category = plan[index]
         for _attempt in range(config.max_attempts_per_row):
+            # Intents are dealt from a shuffled deck per category, not drawn with
+            # replacement: independent draws leave a rare intent (and the only tool it
+            # uses) out of a small dataset now and then, which the coverage check rightly
+            # refuses; a deck visits every intent of a category before any repeats.
             deck = decks.get(category)
             if not deck:
                 deck = list(by_category[category])
@@ -138,11 +199,9 @@ def plan_rows(pack: PackSpec, config: GenerationConfig) -> list[PlannedRow]:
             template = rng.choice(pools[(intent.name, lang)][split])
             slots = draw_slots(intent, pack, lang, rng)
             body = render_text(intent.phrasings[lang][template.rsplit("/", 1)[1]], slots)
-            decorations = pack.decorations.get(lang)
+            decorations = pack.decorations.get(lang) or DECORATIONS.get(lang)
             prefixes, suffixes = (
-                (decorations.prefixes, decorations.suffixes)
-                if decorations
-                else DECORATIONS.get(lang, (("",), ("",)))
+                (decorations.prefixes, decorations.suffixes) if decorations else ([""], [""])
             )
             query = f"{rng.choice(prefixes)}{body}{rng.choice(suffixes)}"
             norm, shape = normalise_query(query), query_shape(query)
@@ -172,7 +231,7 @@ def build_row(
     pack: PackSpec,
     tools_kwargs: dict[str, Any],
 ) -> dict[str, Any]:
-    """One row in exactly the built-in generator's layout (`training.data.generate`)."""
+    """One row of the dataset contract (`training.data.schema`, docs/ARCHITECTURE.md)."""
     intent = planned.intent
     ground = GroundTruth(
         category=intent.category,
@@ -262,6 +321,46 @@ def write_replay_sidecar(store_path: Path, server: str, tools: dict[str, ServerT
     return path
 
 
+def dataset_version(rows: list[dict[str, Any]]) -> str:
+    """The version of a dataset: a hash of its rows' content (same seed, same version)."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False).encode())
+    return digest.hexdigest()[:16]
+
+
+def write_dataset(rows: list[dict[str, Any]], manifest: dict[str, Any], out_dir: Path) -> None:
+    """Write train/test parquet and the manifest; the manifest goes last, so a directory with
+    a manifest is always complete."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "manifest.json").unlink(missing_ok=True)
+    frame = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
+    is_test = frame["extra_info"].map(lambda info: info["split"] == "test")
+    for split, part in (("train", frame[~is_test]), ("test", frame[is_test])):
+        tmp = out_dir / f".{split}.parquet.tmp"
+        part.reset_index(drop=True).to_parquet(tmp, index=False)
+        tmp.replace(out_dir / f"{split}.parquet")
+    tmp_manifest = out_dir / ".manifest.json.tmp"
+    tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    tmp_manifest.replace(out_dir / "manifest.json")
+
+
+def generator_kind(client: McpClient) -> str:
+    """`generator.kind` of a dataset generated through `client`.
+
+    `builtin`: the project's own catalog run in this process in mock mode, so every result
+    is what a mock-mode rollout gets for the same call; the dataset is judged by the
+    catalog (with its semantic validators) and trained against mock mode, like the
+    built-in datasets have always been. `pack`: any server reached through tool sources
+    (a third-party server, or a running `toolrl mcp serve` whose mode this cannot know);
+    judged by the dataset's tool snapshot and call store, and trained against its replay."""
+    from serving.mcp_server.inprocess import InProcessServer
+
+    if isinstance(client, InProcessServer) and client.mode == "mock":
+        return BUILTIN_KIND
+    return PACK_KIND
+
+
 def _fingerprint(snapshot: list[dict[str, Any]]) -> str:
     text = json.dumps(snapshot, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -277,6 +376,7 @@ def build_manifest(
     executor: CallExecutor,
     invalid: list[tuple[PlannedRow, InvalidRowError]],
     pack_tools: list[str],
+    kind: str = PACK_KIND,
 ) -> dict[str, Any]:
     """The built-in manifest's keys, plus `pack` (which pack, held-out templates, invalid
     rows) and `call_store` (where the executed calls are, and their digest)."""
@@ -309,7 +409,7 @@ def build_manifest(
         "schema_version": SCHEMA_VERSION,
         "dataset_version": dataset_version(rows),
         "catalog_fingerprint": _fingerprint(snapshot),
-        "generator": {"kind": "pack", **config.model_dump(mode="json")},
+        "generator": {"kind": kind, **config.model_dump(mode="json")},
         "rows": len(rows),
         "splits": dict(sorted(Counter(r["extra_info"]["split"] for r in rows).items())),
         "category": counts("category"),
@@ -350,6 +450,7 @@ async def generate_pack_dataset(
     n: int = 2_000,
     seed: int = 0,
     test_fraction: float = 0.1,
+    chinese_fraction: float | None = None,
     store_path: Path | None = None,
     concurrency: int = 32,
     max_invalid_fraction: float = 0.05,
@@ -358,9 +459,12 @@ async def generate_pack_dataset(
     """Check the pack against the server's tools, plan, execute, write `out_dir`.
 
     `client` is a `ToolCatalog` (the model's names, prefixes included) or one server's
-    client. Raises PackError (pack problems) or GenerationError (too many invalid rows, a
-    template space too small); the rows written are always valid, and the store holds every
-    answered call, tool errors included (a transport failure is no answer: not recorded)."""
+    client. `chinese_fraction` overrides the pack's share of Chinese rows
+    (`with_chinese_fraction`). Raises PackError (pack problems) or GenerationError (too many
+    invalid rows, a template space too small); the rows written are always valid, and the
+    store holds every answered call, tool errors included (a transport failure is no answer:
+    not recorded)."""
+    loaded = with_chinese_fraction(loaded, chinese_fraction)
     pack = loaded.spec
     tools = await server_tools(client, pack.server)
     if not tools:
@@ -399,7 +503,16 @@ async def generate_pack_dataset(
         except ValueError:
             store_ref = str(store_path.resolve())
         manifest = build_manifest(
-            rows, config, loaded, snapshot, store, store_ref, executor, invalid, used
+            rows,
+            config,
+            loaded,
+            snapshot,
+            store,
+            store_ref,
+            executor,
+            invalid,
+            used,
+            generator_kind(client),
         )
     (out_dir / TOOLS_FILE).write_text(json.dumps(snapshot, indent=2, ensure_ascii=False) + "\n")
     write_replay_sidecar(store_path, pack.server, tools)
@@ -410,24 +523,17 @@ async def generate_pack_dataset(
 def run_on_pack_server(
     loaded: LoadedPack,
     sources_file: Path | None,
-    work: Callable[[ToolCatalog], Awaitable[T]],
+    work: Callable[[McpClient], Awaitable[T]],
 ) -> T:
-    """Run `work` against the pack's server alone, from a sources file (or the pack's own
-    `source:`, the project's server included); the server is started here and stopped
+    """Run `work` against the pack's server alone (`server.pack_client`: from a sources
+    file, or the pack's own `source:`, the project's server in-process included), closed
     whatever `work` does."""
 
-    async def run(sources: ToolSources, base_dir: Path) -> T:
-        only = sources.model_copy(
-            update={"servers": {loaded.spec.server: sources.servers[loaded.spec.server]}}
-        )
-        catalog = ToolCatalog(only, base_dir=base_dir)
-        try:
-            return await work(catalog)
-        finally:
-            await catalog.close()
+    async def run() -> T:
+        async with pack_client(loaded, sources_file) as client:
+            return await work(client)
 
-    with reach_pack_server(loaded, sources_file) as (sources, base_dir):
-        return asyncio.run(run(sources, base_dir))
+    return asyncio.run(run())
 
 
 def generate_from_sources(
@@ -440,5 +546,17 @@ def generate_from_sources(
     return run_on_pack_server(
         loaded,
         sources_file,
-        lambda catalog: generate_pack_dataset(loaded, catalog, out_dir, **settings),
+        lambda client: generate_pack_dataset(loaded, client, out_dir, **settings),
     )
+
+
+def load_builtin_pack() -> LoadedPack:
+    """The `toolrl` pack (`builtin/toolrl.yaml`): the project's 11 tools."""
+    return load_pack(resolve_pack(BUILTIN_PACK))
+
+
+def generate_builtin_dataset(out_dir: Path, **settings: Any) -> PackDataset:
+    """The built-in dataset: the `toolrl` pack, its calls run on the project's server
+    in-process in mock mode (`generator.kind: builtin`). `settings` are
+    `generate_pack_dataset`'s (`n`, `seed`, `test_fraction`, `chinese_fraction`, ...)."""
+    return generate_from_sources(load_builtin_pack(), out_dir, None, **settings)

@@ -3,13 +3,14 @@
 Why the pack may carry its own `source`: the packs that ship with the project name the
 server they were written for (`mcp-server-time`), so `toolrl tools pack generate time.yaml`
 works without a sources file. A `--sources` file (the pipeline's own `tool_sources`) wins,
-so the same pack can target a staging copy of the server, under a prefix.
+so the same pack can target a staging copy of the server, under a prefix. The project's own
+server (`source: {project_server: mock}`, the `toolrl` pack) runs in this process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def pack_sources(loaded: LoadedPack, sources_file: Path | None) -> tuple[ToolSou
         raise PackError(
             [
                 f"{loaded.path}: the pack's server is the project's own MCP server "
-                "(`source: {project_server: mock}`), started per run by `reach_pack_server`; "
+                "(`source: {project_server: mock}`), run in-process by `pack_client`; "
                 f"to use one already running, pass --sources with a server named {pack.server!r}"
             ]
         )
@@ -54,43 +55,27 @@ def pack_sources(loaded: LoadedPack, sources_file: Path | None) -> tuple[ToolSou
     return sources, loaded.path.parent.resolve()
 
 
-@contextmanager
-def project_mock_server() -> Iterator[str]:
-    """The project's MCP server in mock mode on a free loopback port, for as long as the
-    block runs: frozen clock, offline providers, no faults, one worker (so notes sessions
-    live in one process). Yields its URL. Auth follows `toolrl mcp serve`: on only when
-    `TOOLRL_MCP_TOKEN` is set, and the client then reads the same variable."""
-    from serving.mcp_server.config import FaultConfig, ServerConfig
-    from serving.mcp_server.server import start
+@asynccontextmanager
+async def pack_client(loaded: LoadedPack, sources_file: Path | None) -> AsyncIterator[McpClient]:
+    """A client of the pack's server alone, closed after the block (stdio servers stopped).
 
-    config = ServerConfig(
-        mode="mock", port=0, workers=1, faults=FaultConfig(), tune_gc=False, log_level="warning"
-    )
-    handle = start(config)
-    try:
-        yield handle.url
-    finally:
-        handle.stop()
-
-
-@contextmanager
-def reach_pack_server(
-    loaded: LoadedPack, sources_file: Path | None
-) -> Iterator[tuple[ToolSources, Path]]:
-    """`pack_sources`, except that a pack whose `source:` is the project's own server (and
-    no `--sources`) gets one started for the block (`project_mock_server`)."""
+    A pack whose `source:` is the project's own server (and no `--sources`) gets the server
+    in this process (`serving.mcp_server.inprocess`): the call path `toolrl mcp serve` runs,
+    in mock mode, without a worker process, a port or HTTP per call."""
     pack = loaded.spec
-    if sources_file is not None or not isinstance(pack.source, ProjectServerSource):
-        yield pack_sources(loaded, sources_file)
-        return
-    from serving.mcp_server.config import TOKEN_ENV
+    client: McpClient
+    if sources_file is None and isinstance(pack.source, ProjectServerSource):
+        from serving.mcp_server.inprocess import InProcessServer
 
-    with project_mock_server() as url:
-        entry = {"url": url, "token_env": TOKEN_ENV}
-        yield (
-            ToolSources.model_validate({"servers": {pack.server: entry}}),
-            loaded.path.parent.resolve(),
-        )
+        client = InProcessServer(pack.source.project_server)
+    else:
+        sources, base_dir = pack_sources(loaded, sources_file)
+        only = sources.model_copy(update={"servers": {pack.server: sources.servers[pack.server]}})
+        client = ToolCatalog(only, base_dir=base_dir)
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 async def server_tools(client: McpClient, server: str) -> dict[str, ServerTool]:

@@ -1,7 +1,7 @@
 """Which templates are held out for test: decided per template id, so no test query shares
 a phrasing with a training query.
 
-Why not `training.data.generate.template_split` as is (one hash bit per template): with the
+Why not one hash bit per template (the rule of the generator before packs): with the
 handful of phrasings a hand-written intent has, a coin per template leaves many intents with
 no test template and some categories far under a quarter held out. Here each intent and
 language ranks its template ids by the same SHA-1 and holds out the first quarter (at least

@@ -40,7 +40,6 @@ from serving.mcp_client.base import McpClient
 from serving.mcp_client.call_store import CallStore
 from serving.runtime.retry import retry_async
 from training.data.config import ValidationConfig
-from training.data.generate import dataset_version, write_dataset
 from training.data.packs.check import schema_problems
 from training.data.packs.execute import (
     CallExecutor,
@@ -56,8 +55,10 @@ from training.data.packs.generate import (
     PackDataset,
     PlannedRow,
     build_row,
+    dataset_version,
     generate_pack_dataset,
     run_on_pack_server,
+    write_dataset,
 )
 from training.data.packs.loader import LoadedPack
 from training.data.packs.model import IntentSpec
