@@ -19,8 +19,47 @@ from toolrl_plugins.assets import VALIDATED_DATASET
 from toolrl_plugins.callbacks import on_task_failure
 
 from training.pipeline.config import load_pipeline_config
+from training.pipeline.contracts import GeneratedDataset, ValidatedDataset
 
 DEFAULTS = load_pipeline_config()
+
+
+@task
+def generate(**context: Any) -> dict[str, Any]:
+    from training.pipeline.dataset_stage import generate_stage
+
+    rows = int(context["params"]["rows"])
+    generated = generate_stage(load_pipeline_config(), context["dag_run"].run_id, rows)
+    return generated.model_dump(mode="json")
+
+
+@task(retries=0)
+def validate(generated: dict[str, Any]) -> dict[str, Any]:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from training.pipeline.dataset_stage import DatasetRejectedError, validate_stage
+
+    try:
+        validated = validate_stage(
+            load_pipeline_config(), GeneratedDataset.model_validate(generated)
+        )
+    except DatasetRejectedError as exc:
+        raise AirflowFailException(str(exc)) from exc
+    return validated.model_dump(mode="json")
+
+
+@task(outlets=[VALIDATED_DATASET])
+def publish(generated: dict[str, Any], validated: dict[str, Any], **context: Any) -> dict[str, Any]:
+    from training.pipeline.dataset_stage import publish_stage
+
+    published = publish_stage(
+        load_pipeline_config(),
+        GeneratedDataset.model_validate(generated),
+        ValidatedDataset.model_validate(validated),
+    )
+    extra = published.model_dump(mode="json")  # the Asset event carries the same record
+    context["outlet_events"][VALIDATED_DATASET].extra = extra
+    return extra
 
 
 @dag(
@@ -47,40 +86,6 @@ DEFAULTS = load_pipeline_config()
     },
 )
 def toolcall_dataset() -> None:
-    @task
-    def generate(**context: Any) -> dict[str, Any]:
-        from training.pipeline.config import load_pipeline_config
-        from training.pipeline.dataset_stage import generate_stage
-
-        return generate_stage(
-            load_pipeline_config(), context["dag_run"].run_id, int(context["params"]["rows"])
-        )
-
-    @task(retries=0)
-    def validate(generated: dict[str, Any]) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from training.pipeline.config import load_pipeline_config
-        from training.pipeline.dataset_stage import DatasetRejectedError, validate_stage
-
-        try:
-            return validate_stage(load_pipeline_config(), generated["staging_dir"])
-        except DatasetRejectedError as exc:
-            raise AirflowFailException(str(exc)) from exc
-
-    @task(outlets=[VALIDATED_DATASET])
-    def publish(
-        generated: dict[str, Any], validated: dict[str, Any], **context: Any
-    ) -> dict[str, str]:
-        from training.pipeline.config import load_pipeline_config
-        from training.pipeline.dataset_stage import publish_stage
-
-        published = publish_stage(
-            load_pipeline_config(), generated["staging_dir"], generated["dataset_version"]
-        )
-        context["outlet_events"][VALIDATED_DATASET].extra = dict(published)
-        return published
-
     generated = generate()
     publish(generated, validate(generated))
 

@@ -11,25 +11,34 @@ of the upstream fix.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from airflow.sdk import Asset
+
+logger = logging.getLogger(__name__)
 
 MAX_LEFT_BEHIND = 100
 """Bound on the events read back (a backlog larger than this is a stuck deployment)."""
 
 
-def owned_event_extras(context: Any, asset: Asset) -> tuple[list[Any], int]:
-    """(extras oldest first, how many of them Airflow left behind) for this run."""
+def owned_event_extras(context: Any, asset: Asset) -> list[Any]:
+    """The extras of this run's events, oldest first, with the ones Airflow left behind
+    (logged as a warning when there are any)."""
     consumed = sorted(
         (context.get("triggering_asset_events") or {}).get(asset) or [],
         key=lambda e: e.timestamp,
     )
     if not consumed:
-        return [], 0
+        return []
     newest = consumed[-1].timestamp
     started = context["dag_run"].start_date
     accessor = context["inlet_events"][asset]
     window = accessor.after(newest.isoformat()).before(started.isoformat()).limit(MAX_LEFT_BEHIND)
     left_behind = sorted((e for e in window if e.timestamp > newest), key=lambda e: e.timestamp)
-    return [e.extra for e in consumed + left_behind], len(left_behind)
+    if left_behind:
+        logger.warning(
+            "claimed %d Asset event(s) Airflow left unconsumed (apache/airflow#56050)",
+            len(left_behind),
+        )
+    return [e.extra for e in consumed + left_behind]

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from airflow.sdk import Asset
 
-#: A dataset version that passed validation. Event extra: dataset_version, dataset_dir, uri,
-#: train, test, data_docs, validation_page (self-contained; Data Docs needs the network).
+#: A dataset version that passed validation. Event extra: `training.pipeline.contracts.
+#: PublishedDataset` as JSON (dataset_version, dataset_dir, uri, train, test, data_docs,
+#: validation_page); a consumer needs only dataset_dir (and dataset_version to check it).
 VALIDATED_DATASET = Asset(name="toolrl_validated_dataset", uri="toolrl://datasets/validated")
 
-#: A model version the gate promoted to `champion`. Event extra: model_name, version, uri.
+#: A model version the gate promoted to `champion`. Event extra: model_name, version, uri
+#: (`training.pipeline.contracts.Promotion.champion_event_extra`).
 CHAMPION_MODEL = Asset(name="toolrl_champion_model", uri="toolrl://models/champion")

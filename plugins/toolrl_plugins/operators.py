@@ -38,7 +38,8 @@ class SubmitRayTrainingOperator(BaseOperator):
         self.ray_conn_id = ray_conn_id
         self.extra_env = extra_env or {}
 
-    def execute(self, context: Any) -> dict[str, str]:
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Returns `training.pipeline.contracts.SubmittedJob` as JSON (the task's XCom)."""
         from pathlib import Path
 
         from training.jobs.submit import (
@@ -48,6 +49,7 @@ class SubmitRayTrainingOperator(BaseOperator):
             submission_id,
             submit,
         )
+        from training.pipeline.contracts import SubmittedJob
         from training.spec.model import load_spec
 
         spec = load_spec(Path(self.spec_path))
@@ -69,7 +71,10 @@ class SubmitRayTrainingOperator(BaseOperator):
             result.submission_id,
             result.status,
         )
-        return {"submission_id": result.submission_id, "result_dir": f"{self.workdir}/{job_id}"}
+        job = SubmittedJob(
+            submission_id=result.submission_id, result_dir=f"{self.workdir}/{job_id}"
+        )
+        return job.model_dump(mode="json")
 
 
 class WaitRayJobOperator(BaseOperator):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from training.pipeline.config import PipelineConfig
+from training.pipeline.contracts import DatasetChoice
 from training.pipeline.retraining_stage import (
     StageError,
     checked_version,
@@ -37,12 +38,12 @@ def _extra(path: Path, version: str | None = None) -> dict[str, Any]:
 
 def test_a_published_version_is_accepted_with_its_files(tmp_path: Path) -> None:
     path = _version(tmp_path, "v1")
-    assert checked_version(path, "v1") == {
-        "dataset_version": "v1",
-        "dataset_dir": str(path),
-        "train": str(path / "train.parquet"),
-        "test": str(path / "test.parquet"),
-    }
+    assert checked_version(path, "v1") == DatasetChoice(
+        dataset_version="v1",
+        dataset_dir=str(path),
+        train=str(path / "train.parquet"),
+        test=str(path / "test.parquet"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -103,21 +104,21 @@ def test_several_events_train_on_the_newest_and_name_the_others(tmp_path: Path) 
     old, new = _version(tmp_path, "v1"), _version(tmp_path, "v2")
     _version(tmp_path, "v3")  # newer on disk, but no event of this run announced it
     chosen = dataset_from_events([_extra(old), _extra(new)])
-    assert chosen["dataset_version"] == "v2"
-    assert chosen["superseded"] == "v1"
+    assert chosen.dataset_version == "v2"
+    assert chosen.superseded == ("v1",)
 
 
 def test_only_the_newest_event_must_be_valid(tmp_path: Path) -> None:
     """An older, superseded event that is malformed does not block training on the newest."""
     new = _version(tmp_path, "v2")
     chosen = dataset_from_events(["junk", {"dataset_dir": 1}, _extra(new)])
-    assert chosen["dataset_version"] == "v2"
+    assert chosen.dataset_version == "v2"
 
 
 def test_a_hand_run_dataset_dir_wins_over_events_and_is_checked(tmp_path: Path) -> None:
     event_version, hand = _version(tmp_path, "v1"), _version(tmp_path, "hand")
     config = PipelineConfig(data_root=str(tmp_path))
-    assert resolve_dataset(config, [_extra(event_version)], str(hand))["dataset_version"] == "hand"
+    assert resolve_dataset(config, [_extra(event_version)], str(hand)).dataset_version == "hand"
     failed = _version(tmp_path, "failed", passed=False)
     with pytest.raises(StageError, match="no passing validation report"):
         resolve_dataset(config, None, str(failed))

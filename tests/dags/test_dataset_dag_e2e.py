@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from training.pipeline.contracts import PublishedDataset
+
 
 def run_dataset_dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **config: Any) -> Any:
     from airflow.dag_processing.dagbag import DagBag
@@ -60,10 +62,11 @@ def test_good_run_publishes_and_emits_the_asset(
     run = run_dataset_dag(tmp_path, monkeypatch)
     assert str(run.state) == "success"
     [extra] = asset_events(run)
-    version_dir = Path(extra["dataset_dir"])
-    assert version_dir.name == extra["dataset_version"]
+    published = PublishedDataset.model_validate(extra)  # the event carries publish's contract
+    version_dir = Path(published.dataset_dir)
+    assert version_dir.name == published.dataset_version
     assert (version_dir / "manifest.json").is_file()
-    assert Path(extra["data_docs"]).is_file()
+    assert Path(published.data_docs).is_file()
     assert not any((tmp_path / "datasets" / "staging").iterdir())
 
 

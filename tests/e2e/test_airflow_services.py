@@ -46,6 +46,7 @@ from training.orchestrator.services import (
     up,
 )
 from training.pipeline.config import load_pipeline_config
+from training.pipeline.contracts import PublishedDataset, TrainingPlan
 from training.registry.auth import RegistryCredentials, provision
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -245,7 +246,9 @@ def test_the_scheduler_trains_on_each_asset_event_and_survives_triggerer_and_sch
     api.set_paused(DATASET, False)
     first_dataset = api.trigger(DATASET, {"rows": 120})
     assert stack.follow(DATASET, first_dataset).state == "success"
-    first_version = api.xcom(DATASET, first_dataset, "publish")["dataset_version"]
+    first_version = PublishedDataset.model_validate(
+        api.xcom(DATASET, first_dataset, "publish")
+    ).dataset_version
 
     # the scheduler, not this test, starts retraining from the Asset event
     r1 = stack.next_asset_run(set())
@@ -261,10 +264,12 @@ def test_the_scheduler_trains_on_each_asset_event_and_survives_triggerer_and_sch
     for _ in range(2):
         run_id = api.trigger(DATASET, {"rows": 120})
         assert stack.follow(DATASET, run_id).state == "success"
-        later_versions.append(api.xcom(DATASET, run_id, "publish")["dataset_version"])
+        published = PublishedDataset.model_validate(api.xcom(DATASET, run_id, "publish"))
+        later_versions.append(published.dataset_version)
     _restart(stack, "triggerer")
     assert stack.follow(RETRAINING, r1["dag_run_id"]).state == "success"
-    assert api.xcom(RETRAINING, r1["dag_run_id"], "plan_spec")["dataset_version"] == first_version
+    first_plan = TrainingPlan.model_validate(api.xcom(RETRAINING, r1["dag_run_id"], "plan_spec"))
+    assert first_plan.dataset_version == first_version
     assert len(_ray_jobs_for(ray_cluster, r1["dag_run_id"])) == 1
     assert api.task_instance(RETRAINING, r1["dag_run_id"], "submit_training")["try_number"] == 1
 
@@ -284,9 +289,9 @@ def test_the_scheduler_trains_on_each_asset_event_and_survives_triggerer_and_sch
     time.sleep(3)
     _restart(stack, "scheduler")
     assert stack.follow(RETRAINING, r2["dag_run_id"]).state == "success"
-    planned = api.xcom(RETRAINING, r2["dag_run_id"], "plan_spec")
-    assert planned["dataset_version"] == later_versions[-1]
-    assert planned["dataset_superseded"] == later_versions[0]
+    planned = TrainingPlan.model_validate(api.xcom(RETRAINING, r2["dag_run_id"], "plan_spec"))
+    assert planned.dataset_version == later_versions[-1]
+    assert planned.dataset_superseded == (later_versions[0],)
     assert len(_ray_jobs_for(ray_cluster, r2["dag_run_id"])) == 1
     assert [r["dag_run_id"] for r in stack.retraining_runs()] == [
         r1["dag_run_id"],

@@ -502,9 +502,9 @@ def test_the_pipeline_refuses_a_tool_server_other_than_the_plans(
 
     with CallStore(time_recording.store) as store:
         digest = store.digest()
-    assert check_mcp(time_replay.url, {"tool_mode": "replay", "tool_store_digest": digest})
-    assert check_mcp(time_replay.url)  # a plan from before tool modes: health only
+    assert check_mcp(time_replay.url, "replay", digest)
+    assert check_mcp(time_replay.url)  # no tools named: health only
     with pytest.raises(StageError, match="serves mode 'replay', but the spec trains against"):
-        check_mcp(time_replay.url, {"tool_mode": "mock", "tool_store_digest": None})
+        check_mcp(time_replay.url, "mock", None)
     with pytest.raises(StageError, match="replays a recording with digest"):
-        check_mcp(time_replay.url, {"tool_mode": "replay", "tool_store_digest": "0" * 64})
+        check_mcp(time_replay.url, "replay", "0" * 64)

@@ -75,6 +75,7 @@ def test_the_loop_runs_on_a_third_party_pack_against_its_replay(
     from training.evaluation.report import load_report
     from training.evaluation.runner import EvalConfig, evaluate
     from training.evaluation.scripted import oracle_script, serve_in_thread, truths_from_parquet
+    from training.pipeline.contracts import RunParams, TrainingResult
     from training.pipeline.dataset_stage import generate_stage, publish_stage, validate_stage
     from training.pipeline.gate_stage import (
         evaluate_candidate_and_champion,
@@ -83,6 +84,7 @@ def test_the_loop_runs_on_a_third_party_pack_against_its_replay(
     )
     from training.pipeline.retraining_stage import (
         check_planned_tools,
+        checked_version,
         planned_tools,
         prepare_spec,
     )
@@ -100,29 +102,31 @@ def test_the_loop_runs_on_a_third_party_pack_against_its_replay(
     )
 
     generated = generate_stage(config, "run-1")
-    assert generated["pack"] == pack
-    validate_stage(config, generated["staging_dir"])
-    published = publish_stage(config, generated["staging_dir"], generated["dataset_version"])
-    dataset_dir = Path(published["dataset_dir"])
+    assert generated.pack == pack
+    published = publish_stage(config, generated, validate_stage(config, generated))
+    dataset_dir = Path(published.dataset_dir)
     manifest = json.loads((dataset_dir / "manifest.json").read_text())
     digest = manifest["call_store"]["digest"]
-    assert generated["call_store_digest"] == digest
+    assert generated.call_store_digest == digest
     live_starts = _starts(starts_log)
     assert live_starts >= 1  # generation ran the real server
 
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(tiny_spec("pack-tiny")))  # says tools.mode mock
-    planned = prepare_spec(config, str(spec_file), published, "run-1", validate_with_verl=False)
-    assert planned["tool_mode"] == "replay"  # a pack dataset trains against its replay
-    assert planned["tool_store_digest"] == digest
-    spec = load_spec(Path(planned["spec_path"]))
+    thresholds = tmp_path / "lenient.yaml"
+    thresholds.write_text(yaml.safe_dump(lenient_thresholds()))
+    params = RunParams(spec=str(spec_file), thresholds=str(thresholds), backend="cpu", eval_limit=4)
+    planned = prepare_spec(config, checked_version(dataset_dir), "run-1", params)
+    assert planned.tool_mode == "replay"  # a pack dataset trains against its replay
+    assert planned.tool_store_digest == digest
+    spec = load_spec(Path(planned.spec_path))
     assert spec.tools.store == str((dataset_dir / "calls.sqlite").resolve())
     # the configured server is unreachable on purpose: replay checks its own server
     check_planned_tools("http://127.0.0.1:9/mcp", planned)
 
-    result = run_local(spec, Path(planned["workdir"]) / "jobs")
-    assert result["status"] == "succeeded", result
-    report = json.loads((Path(planned["workdir"]) / "jobs" / "cpu_report.json").read_text())
+    result = TrainingResult.model_validate(run_local(spec, Path(planned.workdir) / "jobs"))
+    assert result.status == "succeeded", result
+    report = json.loads((Path(planned.workdir) / "jobs" / "cpu_report.json").read_text())
     assert report["tools"]["server"] == "embedded"
     assert report["tools"]["mode"] == "replay"
     assert report["tools"]["store_digest"] == digest
@@ -130,17 +134,15 @@ def test_the_loop_runs_on_a_third_party_pack_against_its_replay(
     assert report["tools"]["listed"] == sorted(tool["name"] for tool in served)
     assert len(served) >= 2
 
-    thresholds = tmp_path / "lenient.yaml"
-    thresholds.write_text(yaml.safe_dump(lenient_thresholds()))
     evaluated = evaluate_candidate_and_champion(
-        planned, result, "http://127.0.0.1:9/mcp", mlflow_server, limit=4
+        planned, result, "http://127.0.0.1:9/mcp", mlflow_server
     )
-    candidate = load_report(Path(evaluated["candidate_report"]))
-    assert candidate.cases_total == 4
-    decision = gate_candidate(evaluated, result, str(thresholds))
-    assert decision["decision"] == "promote", decision
+    candidate = load_report(Path(evaluated.candidate.path))
+    assert candidate.cases_total == evaluated.candidate.cases_total == 4
+    decision = gate_candidate(evaluated, result, planned.thresholds)
+    assert decision.decision == "promote", decision
     registered = register_candidate_version(mlflow_server, planned, result, evaluated, "run-1")
-    info = resolve(mlflow_server, f"models:/{registered['name']}/{registered['version']}")
+    info = resolve(mlflow_server, f"models:/{registered.name}/{registered.version}")
     tags: dict[str, Any] = info.tags
     assert tags["toolrl.tool_mode"] == "replay"
     assert tags["toolrl.tool_store_digest"] == digest

@@ -215,6 +215,7 @@ def test_a_run_continues_from_the_champion_and_records_the_parent(
 ) -> None:
     """`model.start_from: champion`: no champion -> the base, and it says why; with one ->
     its weights, downloaded into the run, the continuation's SFT steps, the parent version."""
+    from training.pipeline.contracts import StartingPoint
     from training.pipeline.retraining_stage import starting_point
     from training.spec.model import TrainingSpec
 
@@ -233,15 +234,13 @@ def test_a_run_continues_from_the_champion_and_records_the_parent(
         }
     )
     same, start = starting_point(spec, tmp_path / "run-1", mlflow_server, name)
-    assert same is spec and start == {
-        "start": "base",
-        "parent_version": None,
-        "why": "no champion yet",
-    }
+    assert same is spec and start == StartingPoint(start="base", why="no champion yet")
     champion = register_candidate(mlflow_server, name, model_dir(tmp_path, "champ"), lineage("c-1"))
     promote(mlflow_server, name, champion.version)
     continued, start = starting_point(spec, tmp_path / "run-2", mlflow_server, name)
-    assert start == {"start": f"champion v{champion.version}", "parent_version": champion.version}
+    assert start == StartingPoint(
+        start=f"champion v{champion.version}", parent_version=champion.version
+    )
     weights = Path(continued.model.path)
     assert weights.is_relative_to(tmp_path / "run-2")
     assert json.loads((weights / "config.json").read_text())["marker"] == "champ"
@@ -249,7 +248,7 @@ def test_a_run_continues_from_the_champion_and_records_the_parent(
     base_only = spec.model_copy(
         update={"model": spec.model.model_copy(update={"start_from": "base"})}
     )
-    assert starting_point(base_only, tmp_path / "run-3", mlflow_server, name)[1]["start"] == "base"
+    assert starting_point(base_only, tmp_path / "run-3", mlflow_server, name)[1].start == "base"
     child = register_candidate(
         mlflow_server,
         name,

@@ -15,11 +15,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from training.orchestrator.follow import RunOutcome, down_services_message, follow_run, wait_for_run
 from training.orchestrator.layout import AirflowLayout, AirflowPorts, read_login
 from training.orchestrator.rest import AirflowApi, AirflowApiError
 from training.orchestrator.services import AirflowServiceError, stop, up
 from training.pipeline.config import PipelineConfig
+from training.pipeline.contracts import PublishedDataset, TrainingPlan
 
 DATASET_DAG = "toolcall_dataset"
 RETRAINING_DAG = "toolcall_retraining"
@@ -121,8 +124,8 @@ def run_loop(
         dataset = follow_run(api, handle.layout, DATASET_DAG, run_id, on_line, timeout_s)
         if dataset.state != "success":
             raise AirflowLoopError(_fail_message(handle, dataset))
-        published = api.xcom(DATASET_DAG, run_id, "publish") or {}
-        version = str(published.get("dataset_version"))
+        published = PublishedDataset.model_validate(api.xcom(DATASET_DAG, run_id, "publish"))
+        version = published.dataset_version
         on_line(f"{DATASET_DAG} succeeded in {dataset.seconds:.0f}s: published {version}")
         retraining_run = wait_for_run(
             api,
@@ -152,19 +155,23 @@ def run_loop(
             )
         if retraining.state != "success":
             raise AirflowLoopError(_fail_message(handle, retraining))
-        planned = api.xcom(RETRAINING_DAG, retraining.run_id, "plan_spec") or {}
-        if planned.get("dataset_version") != announced[-1]:
+        planned = TrainingPlan.model_validate(
+            api.xcom(RETRAINING_DAG, retraining.run_id, "plan_spec")
+        )
+        if planned.dataset_version != announced[-1]:
             raise AirflowLoopError(
-                f"the run trained on {planned.get('dataset_version')}, but its Asset event "
+                f"the run trained on {planned.dataset_version}, but its Asset event "
                 f"announced {announced[-1]}"
             )
         on_line(
             f"{RETRAINING_DAG} succeeded in {retraining.seconds / 60:.1f} min, trained on "
-            f"{planned['dataset_version']} (the version its Asset event announced)"
+            f"{planned.dataset_version} (the version its Asset event announced)"
         )
-        return LoopRuns(dataset, retraining, version, str(published.get("dataset_dir")), latency)
+        return LoopRuns(dataset, retraining, version, published.dataset_dir, latency)
     except AirflowApiError as exc:
         down = down_services_message(handle.layout)
         raise AirflowLoopError(f"{exc}; {down}" if down else str(exc)) from exc
     except AirflowServiceError as exc:
         raise AirflowLoopError(str(exc)) from exc
+    except ValidationError as exc:  # an XCom that is not its task's contract (or none)
+        raise AirflowLoopError(f"a task returned no usable result: {exc}") from exc

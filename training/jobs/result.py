@@ -13,18 +13,35 @@ Status = Literal["succeeded", "incomplete", "drifted", "failed"]
 
 
 class TrainingResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """What a finished job leaves (`result.json`), and what the retraining DAG's `fetch_result`
+    hands to evaluate, gate and register (`training.pipeline.contracts`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     schema_version: int = 1
+    """Version of this layout."""
     status: Status
-    final_step: int = Field(ge=0, description="Last step with a complete checkpoint.")
-    planned_step: int = Field(ge=0, description="The step the spec asked to reach.")
+    """succeeded, incomplete (stopped short of the planned step), drifted (stopped by the
+    format-drift guard) or failed."""
+    final_step: int = Field(ge=0)
+    """Last step with a complete checkpoint."""
+    planned_step: int = Field(ge=0)
+    """The step the spec asked to reach."""
     spec_hash: str
+    """Hash of the spec the job trained (the user's spec, before path resolution)."""
     dataset_version: str | None = None
+    """The dataset version it trained on."""
     checkpoint_dir: str | None = None
+    """Where its checkpoints are."""
     merged_model_dir: str | None = None
+    """The final weights as a Hugging Face directory: what is evaluated and registered."""
     drift: dict[str, float] | None = None
+    """The format-drift guard's last figures, when it watched the run."""
     message: str = ""
+    """Why it ended as it did, for a human."""
+    mlflow_run_id: str | None = None
+    """The MLflow run the job logged to, for the `toolrl.training_run_id` lineage tag
+    (None: not reported; no backend reports it yet)."""
 
     @property
     def reached_planned_step(self) -> bool:

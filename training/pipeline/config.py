@@ -68,10 +68,8 @@ class PipelineConfig(BaseModel):
         default=str(REPO_ROOT / "training" / "specs" / "cpu_smollm2.yaml"),
         description="TrainingSpec used by scheduled retraining (a DAG param overrides it).",
     )
-    training_backend: str = Field(
-        default="cpu",
-        pattern="^(cpu|verl)$",
-        description="cpu (TRL, embedded) or verl (GPU cluster).",
+    training_backend: Literal["cpu", "verl"] = Field(
+        default="cpu", description="cpu (TRL, embedded) or verl (GPU cluster)."
     )
     eval_backend: Literal["cpu", "transformers"] = Field(
         default="cpu",

@@ -1,7 +1,8 @@
 """The dataset stage as the DAG runs it: generate into staging, validate, publish.
 
 A version is published (moved under `data_root/<version>`, mirrored to S3 when configured)
-only after it validated; a failed validation leaves it in staging with its Data Docs."""
+only after it validated; a failed validation leaves it in staging with its Data Docs. Each
+stage returns its contract (`training.pipeline.contracts`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from training.data.packs.generate import generate_builtin_dataset
 from training.data.validate import validate_dataset
 from training.pipeline.config import PipelineConfig
+from training.pipeline.contracts import GeneratedDataset, PublishedDataset, ValidatedDataset
 
 
 class DatasetRejectedError(RuntimeError):
@@ -25,7 +27,9 @@ def seed_for_run(run_key: str) -> int:
     return int(hashlib.sha256(run_key.encode()).hexdigest()[:8], 16)
 
 
-def generate_stage(config: PipelineConfig, run_key: str, rows: int | None = None) -> dict[str, Any]:
+def generate_stage(
+    config: PipelineConfig, run_key: str, rows: int | None = None
+) -> GeneratedDataset:
     staging = Path(config.data_root) / "staging" / run_key.replace(":", "_").replace("+", "_")
     if staging.exists():
         shutil.rmtree(staging)  # a retried task starts clean; nothing is published yet
@@ -38,16 +42,16 @@ def generate_stage(config: PipelineConfig, run_key: str, rows: int | None = None
         chinese_fraction=config.chinese_fraction,
         progress=False,
     ).manifest
-    return {
-        "staging_dir": str(staging),
-        "dataset_version": manifest["dataset_version"],
-        "rows": manifest["rows"],
-    }
+    return GeneratedDataset(
+        staging_dir=str(staging),
+        dataset_version=manifest["dataset_version"],
+        rows=manifest["rows"],
+    )
 
 
 def _generate_from_pack(
     config: PipelineConfig, staging: Path, rows: int, run_key: str
-) -> dict[str, Any]:
+) -> GeneratedDataset:
     """A dataset version from the configured task pack: every expected call executed on the
     pack's server (started here, stopped after), recorded into the version's own call store,
     which training and evaluation replay."""
@@ -61,28 +65,34 @@ def _generate_from_pack(
         loaded, staging, sources, n=rows, seed=seed_for_run(run_key), progress=False
     )
     manifest = dataset.manifest
-    return {
-        "staging_dir": str(staging),
-        "dataset_version": manifest["dataset_version"],
-        "rows": manifest["rows"],
-        "pack": loaded.spec.pack,
-        "call_store_digest": manifest["call_store"]["digest"],
-    }
+    return GeneratedDataset(
+        staging_dir=str(staging),
+        dataset_version=manifest["dataset_version"],
+        rows=manifest["rows"],
+        pack=loaded.spec.pack,
+        call_store_digest=manifest["call_store"]["digest"],
+    )
 
 
-def validate_stage(config: PipelineConfig, staging_dir: str) -> dict[str, Any]:
-    report = validate_dataset(Path(staging_dir), config.validation)
+def validate_stage(config: PipelineConfig, generated: GeneratedDataset) -> ValidatedDataset:
+    """The great-expectations suite on the staged version; DatasetRejectedError if it fails."""
+    report = validate_dataset(Path(generated.staging_dir), config.validation)
     if not report.success:
         raise DatasetRejectedError(report.summary())
-    return {"data_docs": report.data_docs, "checks": len(report.checks)}
+    return ValidatedDataset(checks=len(report.checks), data_docs=report.data_docs)
 
 
 def publish_stage(
-    config: PipelineConfig, staging_dir: str, version: str, s3_client: Any | None = None
-) -> dict[str, str]:
-    """Move a validated version into place (idempotent) and mirror it to S3 if configured."""
+    config: PipelineConfig,
+    generated: GeneratedDataset,
+    validated: ValidatedDataset,
+    s3_client: Any | None = None,
+) -> PublishedDataset:
+    """Move a validated version into place (idempotent) and mirror it to S3 if configured.
+    `validated` is the proof that it passed: there is no publishing without one."""
+    version = generated.dataset_version
     final = Path(config.data_root) / version
-    staging = Path(staging_dir)
+    staging = Path(generated.staging_dir)
     if not final.exists():
         final.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(final)
@@ -95,12 +105,12 @@ def publish_stage(
                 key = f"datasets/{version}/{path.relative_to(final)}"
                 s3_client.upload_file(str(path), config.s3_bucket, key)
         uri = f"s3://{config.s3_bucket}/datasets/{version}"
-    return {
-        "dataset_version": version,
-        "dataset_dir": str(final),
-        "uri": uri,
-        "train": str(final / "train.parquet"),
-        "test": str(final / "test.parquet"),
-        "data_docs": str(final / "validation" / "data_docs" / "index.html"),
-        "validation_page": str(final / "validation" / "index.html"),
-    }
+    return PublishedDataset(
+        dataset_version=version,
+        dataset_dir=str(final),
+        uri=uri,
+        train=str(final / "train.parquet"),
+        test=str(final / "test.parquet"),
+        data_docs=str(final / "validation" / "data_docs" / "index.html"),
+        validation_page=str(final / "validation" / "index.html"),
+    )

@@ -1,54 +1,49 @@
 """Evaluate -> gate -> register -> promote, as the retraining DAG runs them.
 
 Idempotent per DAG run: the evaluation resumes from its journal, registration is keyed by
-the run id, and applying the same decision twice changes nothing.
+the run id, and applying the same decision twice changes nothing. Each stage takes and
+returns the contracts of `training.pipeline.contracts`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
-from serving.settings import env_var
+from training.pipeline.contracts import (
+    Evaluation,
+    GateVerdict,
+    Promotion,
+    Registration,
+    ReportSummary,
+    RunSummary,
+    TrainingPlan,
+    TrainingResult,
+)
 from training.pipeline.retraining_stage import (
     StageError,
     evaluate_model,
     git_sha,
+    model_name,
     planned_tools,
 )
 
-STOP_REASONS = {
-    "succeeded": "completed",
-    "incomplete": "completed",
-    "drifted": "format_drift",
-    "failed": "error",
-}
-
-
-def model_name() -> str:
-    return os.environ.get("TOOLRL_MODEL_NAME") or str(env_var("TOOLRL_MODEL_NAME").default)
-
 
 def evaluate_candidate_and_champion(
-    planned: dict[str, Any],
-    result: dict[str, Any],
-    mcp_url: str,
-    tracking_uri: str,
-    limit: int | None,
-    backend: str = "cpu",
-) -> dict[str, Any]:
+    plan: TrainingPlan, result: TrainingResult, mcp_url: str, tracking_uri: str
+) -> Evaluation:
     """Evaluate the candidate, and the current champion on the same test file (so the gate
-    compares like with like). No champion yet: only the candidate is evaluated."""
+    compares like with like), each on at most `plan.eval_limit` cases with the plan's eval
+    backend. No champion yet: only the candidate is evaluated."""
     from training.registry.registry import RegistryError, download, resolve
 
-    merged = result.get("merged_model_dir")
+    merged = result.merged_model_dir
     if not merged or not Path(merged).is_dir():
         raise StageError(f"training produced no merged model directory ({merged!r})")
-    workdir = Path(planned["workdir"]) / "eval"
-    test_file, max_turns = _test_file_and_turns(planned)
-    with planned_tools(planned, mcp_url) as tools_url:  # replay: the plan's own store
+    workdir = Path(plan.workdir) / "eval"
+    test_file, max_turns = _test_file_and_turns(plan)
+    limit, backend = plan.eval_limit, plan.eval_backend
+    with planned_tools(plan, mcp_url) as tools_url:  # replay: the plan's own store
         candidate = evaluate_model(
             merged, test_file, tools_url, workdir / "candidate.json", limit, backend, max_turns
         )
@@ -69,11 +64,19 @@ def evaluate_candidate_and_champion(
                 backend,
                 max_turns,
             )
-    return {
-        "candidate_report": candidate,
-        "champion_report": champion_report,
-        "champion_version": info.version if info else None,
-    }
+    return Evaluation(
+        candidate=summarize_report(candidate),
+        champion=summarize_report(champion_report) if champion_report else None,
+        champion_version=info.version if info else None,
+    )
+
+
+def summarize_report(path: str) -> ReportSummary:
+    """A report's path and headline numbers, for the hand-over to the gate."""
+    from training.evaluation.report import load_report
+
+    report = load_report(Path(path))
+    return ReportSummary.of(path, report.cases_total, report.metrics)
 
 
 def attach_training_plots(report_path: Path, plots: Path) -> list[Path]:
@@ -87,70 +90,76 @@ def attach_training_plots(report_path: Path, plots: Path) -> list[Path]:
     return figures
 
 
-def _test_file_and_turns(planned: dict[str, Any]) -> tuple[str, int]:
+def _test_file_and_turns(plan: TrainingPlan) -> tuple[str, int]:
     """The held-out file and the turn limit the candidate was trained with (the eval
     gives it the same number of model responses per episode as its rollouts had)."""
     from training.spec.model import load_spec
 
-    spec = load_spec(Path(planned["spec_path"]))
+    spec = load_spec(Path(plan.spec_path))
     return spec.data.test_files[0], spec.rollout.max_turns
 
 
 def gate_candidate(
-    evaluated: dict[str, Any], result: dict[str, Any], thresholds_path: str
-) -> dict[str, Any]:
-    from training.evaluation.gate import TrainingOutcome, decide, load_thresholds
+    evaluation: Evaluation, result: TrainingResult, thresholds_path: str
+) -> GateVerdict:
+    """Thresholds, no regression against the champion, and a training that reached its
+    planned step; the decision is written beside the candidate's report."""
+    from training.evaluation.gate import (
+        RESULT_STOP_REASONS,
+        TrainingOutcome,
+        decide,
+        load_thresholds,
+    )
     from training.evaluation.report import load_report
 
-    candidate = load_report(Path(evaluated["candidate_report"]))
-    champion = (
-        load_report(Path(evaluated["champion_report"]))
-        if evaluated.get("champion_report")
-        else None
-    )
+    candidate = load_report(Path(evaluation.candidate.path))
+    champion = load_report(Path(evaluation.champion.path)) if evaluation.champion else None
     outcome = TrainingOutcome(
-        planned_final_step=int(result["planned_step"]),
-        final_step=int(result["final_step"]),
-        stop_reason=STOP_REASONS.get(result["status"], "unknown"),
+        planned_final_step=result.planned_step,
+        final_step=result.final_step,
+        stop_reason=RESULT_STOP_REASONS.get(result.status, "unknown"),
     )
     decision = decide(candidate, load_thresholds(Path(thresholds_path)), champion, outcome)
-    path = Path(evaluated["candidate_report"]).with_name("gate_decision.json")
+    path = Path(evaluation.candidate.path).with_name("gate_decision.json")
     path.write_text(decision.model_dump_json(indent=2) + "\n")
-    return {"decision": decision.decision, "reasons": decision.reasons, "path": str(path)}
+    return GateVerdict(decision=decision.decision, reasons=tuple(decision.reasons), path=str(path))
 
 
 def register_candidate_version(
     tracking_uri: str,
-    planned: dict[str, Any],
-    result: dict[str, Any],
-    evaluated: dict[str, Any],
+    plan: TrainingPlan,
+    result: TrainingResult,
+    evaluation: Evaluation,
     run_key: str,
-) -> dict[str, Any]:
+) -> Registration:
+    """Register the candidate as `challenger` with its lineage (idempotent per run key)."""
     from training.registry.registry import Lineage, register_candidate
     from training.spec.model import load_spec
 
-    spec = load_spec(Path(planned["spec_path"]))
+    if not result.merged_model_dir:
+        raise StageError("training produced no merged model directory to register")
+    spec = load_spec(Path(plan.spec_path))
     lineage = Lineage(
         run_key=_registry_key(run_key),
-        dataset_version=planned["dataset_version"],
+        dataset_version=plan.dataset_version,
         dataset_validation="passed",
-        training_run_id=result.get("mlflow_run_id"),
-        spec_hash=planned["spec_hash"],
+        training_run_id=result.mlflow_run_id,
+        spec_hash=plan.spec_hash,
         git_sha=git_sha(),
         call_format=spec.model.call_format,
-        base_model=str(planned.get("base_model") or spec.model.path)[:250],
-        parent_version=planned.get("parent_version"),
-        tool_mode=planned.get("tool_mode", spec.tools.mode),
-        tool_store_digest=planned.get("tool_store_digest"),
+        base_model=(plan.base_model or spec.model.path)[:250],
+        parent_version=plan.starting_point.parent_version,
+        tool_mode=plan.tool_mode,
+        tool_store_digest=plan.tool_store_digest,
     )
     info = register_candidate(
         tracking_uri,
         model_name(),
-        Path(result["merged_model_dir"]),
+        Path(result.merged_model_dir),
         lineage,
-        Path(evaluated["candidate_report"]),
+        Path(evaluation.candidate.path),
     )
-    return {"name": info.name, "version": info.version, "created": info.created}
+    return Registration(name=info.name, version=info.version, created=info.created)
 
 
 def _registry_key(run_key: str) -> str:
@@ -158,36 +167,35 @@ def _registry_key(run_key: str) -> str:
 
 
 def apply_decision(
-    tracking_uri: str, registered: dict[str, Any], decision: dict[str, Any]
-) -> dict[str, Any]:
+    tracking_uri: str, registration: Registration, verdict: GateVerdict
+) -> Promotion:
+    """Record the gate's decision on the version; `champion` moves only on promote."""
     from training.registry.registry import record_gate
 
-    info = record_gate(
-        tracking_uri, registered["name"], registered["version"], Path(decision["path"])
+    info = record_gate(tracking_uri, registration.name, registration.version, Path(verdict.path))
+    return Promotion(
+        name=info.name,
+        version=info.version,
+        aliases=tuple(info.aliases),
+        promoted="champion" in info.aliases and verdict.decision == "promote",
     )
-    return {
-        "name": info.name,
-        "version": info.version,
-        "aliases": info.aliases,
-        "promoted": "champion" in info.aliases and decision["decision"] == "promote",
-    }
 
 
-def confirm_serving(applied: dict[str, Any]) -> str:
+def confirm_serving(promotion: Promotion) -> str:
     """Serving watches `@champion` and switches blue/green by itself; here we only report
     whether a serving front door is configured to pick the promotion up."""
     url = os.environ.get("TOOLRL_SERVING_URL")
-    if not applied["promoted"]:
+    if not promotion.promoted:
         return "no promotion: serving keeps the current champion"
     if not url:
         return "promoted; no serving endpoint configured (TOOLRL_SERVING_URL unset)"
-    return f"promoted; serving at {url} reloads models:/{applied['name']}@champion"
+    return f"promoted; serving at {url} reloads models:/{promotion.name}@champion"
 
 
-def summary(applied: dict[str, Any], decision: dict[str, Any], served: str) -> str:
-    verdict = decision["decision"].upper()
-    lines = [f"{applied['name']} v{applied['version']}: gate {verdict}", served]
-    lines += [f"  - {reason}" for reason in decision.get("reasons", [])]
+def summary(promotion: Promotion, verdict: GateVerdict, served: str) -> RunSummary:
+    """The run's outcome, printed to the task log and returned as the last hand-over."""
+    lines = [f"{promotion.name} v{promotion.version}: gate {verdict.decision.upper()}", served]
+    lines += [f"  - {reason}" for reason in verdict.reasons]
     text = "\n".join(lines)
     print(text)
-    return json.dumps({"summary": text, **applied})
+    return RunSummary(summary=text, decision=verdict.decision, serving=served, promotion=promotion)

@@ -1,13 +1,16 @@
 """The retraining stages as the DAG runs them; each is idempotent for a given run key.
 
 The DAG holds only wiring: which stage runs after which, with what connection. Everything
-here is plain Python over the library, testable without Airflow.
+here is plain Python over the library, testable without Airflow. Stages take and return the
+typed contracts of `training.pipeline.contracts`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import subprocess
 import urllib.error
 import urllib.request
@@ -17,15 +20,30 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from training.jobs.result import TrainingResult
+from serving.settings import env_var
 from training.pipeline.config import REPO_ROOT, PipelineConfig
+from training.pipeline.contracts import (
+    DatasetChoice,
+    RunParams,
+    StartingPoint,
+    ToolMode,
+    TrainingPlan,
+    TrainingResult,
+)
 
 if TYPE_CHECKING:
     from training.spec.model import TrainingSpec
 
+logger = logging.getLogger(__name__)
+
 
 class StageError(RuntimeError):
     """A stage cannot proceed; the message says why and what to do."""
+
+
+def model_name() -> str:
+    """The registered model's name ($TOOLRL_MODEL_NAME, else the settings' default)."""
+    return os.environ.get("TOOLRL_MODEL_NAME") or str(env_var("TOOLRL_MODEL_NAME").default)
 
 
 def _safe(run_key: str) -> str:
@@ -36,7 +54,7 @@ def run_workdir(config: PipelineConfig, run_key: str) -> Path:
     return Path(config.workdir) / _safe(run_key)
 
 
-def latest_dataset(config: PipelineConfig) -> dict[str, str]:
+def latest_dataset(config: PipelineConfig) -> DatasetChoice:
     """The newest published (validated) version under data_root, for hand-triggered runs."""
     root = Path(config.data_root)
     versions = (
@@ -53,16 +71,20 @@ def latest_dataset(config: PipelineConfig) -> dict[str, str]:
     )
     if not versions:
         raise StageError(f"no validated dataset under {root}: run the toolcall_dataset DAG first")
-    final = versions[-1]
-    return {
-        "dataset_version": final.name,
-        "dataset_dir": str(final),
-        "train": str(final / "train.parquet"),
-        "test": str(final / "test.parquet"),
-    }
+    return _choice(versions[-1])
 
 
-def checked_version(path: Path, expected_version: str | None = None) -> dict[str, str]:
+def _choice(path: Path, superseded: tuple[str, ...] = ()) -> DatasetChoice:
+    return DatasetChoice(
+        dataset_version=path.name,
+        dataset_dir=str(path),
+        train=str(path / "train.parquet"),
+        test=str(path / "test.parquet"),
+        superseded=superseded,
+    )
+
+
+def checked_version(path: Path, expected_version: str | None = None) -> DatasetChoice:
     """A dataset version that may be trained on: its manifest, its train and test files, and a
     passing validation report are there, and (from an Asset event) its name is the version the
     event announced. Anything else is a StageError that says what is wrong."""
@@ -83,15 +105,10 @@ def checked_version(path: Path, expected_version: str | None = None) -> dict[str
             f"the Asset event names version {expected_version!r} but points to {path} "
             f"(version {path.name!r}); refusing to train on a dataset the event did not announce"
         )
-    return {
-        "dataset_version": path.name,
-        "dataset_dir": str(path),
-        "train": str(path / "train.parquet"),
-        "test": str(path / "test.parquet"),
-    }
+    return _choice(path)
 
 
-def dataset_from_events(events: list[Any]) -> dict[str, str]:
+def dataset_from_events(events: list[Any]) -> DatasetChoice:
     """The version to train on from the Asset events this run consumed, oldest first.
 
     Airflow folds the events that arrive while a run is active (`max_active_runs=1`) into
@@ -111,15 +128,15 @@ def dataset_from_events(events: list[Any]) -> dict[str, str]:
     if version is not None and not isinstance(version, str):
         raise StageError(f"the Asset event's `dataset_version` must be a string; got {version!r}")
     chosen = checked_version(Path(newest["dataset_dir"]), version)
-    superseded = [
+    superseded = tuple(
         str(e.get("dataset_version") or e.get("dataset_dir")) for e in extras[:-1] if e is not None
-    ]
-    return {**chosen, "superseded": ",".join(superseded)}
+    )
+    return _choice(Path(chosen.dataset_dir), superseded)
 
 
 def resolve_dataset(
     config: PipelineConfig, event_extras: list[Any] | None, dataset_dir: str | None
-) -> dict[str, str]:
+) -> DatasetChoice:
     """Which dataset a retraining run trains on: a hand-run's `dataset_dir` param first, then
     the Asset events that started the run, then (a hand run without either) the newest
     validated version under data_root."""
@@ -131,21 +148,21 @@ def resolve_dataset(
 
 
 def starting_point(
-    spec: Any, workdir: Path, tracking_uri: str | None, model_name: str
-) -> tuple[Any, dict[str, Any]]:
+    spec: TrainingSpec, workdir: Path, tracking_uri: str | None, model_name: str
+) -> tuple[TrainingSpec, StartingPoint]:
     """Where this run starts: the spec's base model, or (with `model.start_from: champion`)
     the current champion's weights, downloaded into the run's workdir, with the shorter
     continuation SFT. Returns the spec to train and what was decided, for lineage and logs."""
     if spec.model.start_from != "champion":
-        return spec, {"start": "base", "parent_version": None}
+        return spec, StartingPoint(start="base")
     if not tracking_uri:
-        return spec, {"start": "base", "parent_version": None, "why": "no registry configured"}
+        return spec, StartingPoint(start="base", why="no registry configured")
     from training.registry.registry import RegistryError, download, resolve
 
     try:
         info = resolve(tracking_uri, f"models:/{model_name}@champion")
     except RegistryError:
-        return spec, {"start": "base", "parent_version": None, "why": "no champion yet"}
+        return spec, StartingPoint(start="base", why="no champion yet")
     parent = download(tracking_uri, info, workdir / "parent_model")
     continued = spec.model_copy(
         update={
@@ -153,31 +170,52 @@ def starting_point(
             "cpu": spec.cpu.model_copy(update={"sft_steps": spec.cpu.continue_sft_steps}),
         }
     )
-    return continued, {"start": f"champion v{info.version}", "parent_version": info.version}
+    start = StartingPoint(start=f"champion v{info.version}", parent_version=info.version)
+    return continued, start
+
+
+def plan_run(
+    config: PipelineConfig,
+    params: RunParams,
+    event_extras: list[Any] | None,
+    run_key: str,
+    tracking_uri: str | None = None,
+) -> TrainingPlan:
+    """`plan_spec`: the dataset this run trains on (`resolve_dataset`), then its spec
+    (`prepare_spec`). A StageError is a bad event or dataset: it will not get better on
+    retry."""
+    dataset = resolve_dataset(config, event_extras, params.dataset_dir or None)
+    if dataset.superseded:
+        logger.info(
+            "trains on %s; superseded: %s", dataset.dataset_version, ", ".join(dataset.superseded)
+        )
+    return prepare_spec(config, dataset, run_key, params, tracking_uri)
 
 
 def prepare_spec(
     config: PipelineConfig,
-    spec_path: str,
-    dataset: dict[str, str],
+    dataset: DatasetChoice,
     run_key: str,
-    validate_with_verl: bool,
+    params: RunParams | None = None,
     tracking_uri: str | None = None,
-    model_name: str = "toolrl",
-) -> dict[str, Any]:
-    """Write this run's spec (dataset, checkpoint dir and starting weights filled in) and
-    validate it."""
+) -> TrainingPlan:
+    """Write this run's spec (dataset, checkpoint dir and starting weights filled in),
+    validate it (with verl's own validators on the verl backend), and decide the rest of the
+    run: backend, thresholds, evaluation size. `params` override the config's choices."""
     from training.spec.model import load_spec
 
-    base = replay_for_pack(load_spec(Path(spec_path)), Path(dataset["dataset_dir"]))
+    params = params or RunParams()
+    backend = params.backend or config.training_backend
+    spec_path = params.spec or config.training_spec
+    base = replay_for_pack(load_spec(Path(spec_path)), Path(dataset.dataset_dir))
     workdir = run_workdir(config, run_key)
     spec = base.model_copy(
         update={
             "data": base.data.model_copy(
                 update={
-                    "train_files": [dataset["train"]],
-                    "test_files": [dataset["test"]],
-                    "dataset_version": dataset["dataset_version"],
+                    "train_files": [dataset.train],
+                    "test_files": [dataset.test],
+                    "dataset_version": dataset.dataset_version,
                 }
             ),
             "checkpoint": base.checkpoint.model_copy(
@@ -196,26 +234,35 @@ def prepare_spec(
             ),
         }
     )
-    spec, start = starting_point(spec, workdir, tracking_uri, model_name)
+    spec, start = starting_point(spec, workdir, tracking_uri, model_name())
     warnings: list[str] = []
-    if validate_with_verl:
+    if backend == "verl":
         from training.spec.plan import plan
 
         warnings = plan(spec, workdir / "plan").warnings
     workdir.mkdir(parents=True, exist_ok=True)
     run_spec = workdir / "spec.yaml"
     run_spec.write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
-    (workdir / "start.json").write_text(json.dumps({**start, "base_model": base.model.path}))
-    return {
-        "spec_path": str(run_spec),
-        "workdir": str(workdir),
-        "spec_hash": spec.spec_hash(),
-        "dataset_version": dataset["dataset_version"],
-        "warnings": warnings,
-        "base_model": base.model.path,
-        **tool_lineage(spec),
-        **start,
-    }
+    (workdir / "start.json").write_text(
+        json.dumps({**start.model_dump(exclude_none=True), "base_model": base.model.path})
+    )
+    return TrainingPlan(
+        spec_path=str(run_spec),
+        workdir=str(workdir),
+        spec_hash=spec.spec_hash(),
+        dataset_version=dataset.dataset_version,
+        dataset_superseded=dataset.superseded,
+        warnings=tuple(warnings),
+        base_model=base.model.path,
+        starting_point=start,
+        tool_mode=spec.tools.mode,
+        tool_store_digest=tool_lineage(spec)["tool_store_digest"],
+        backend=backend,
+        thresholds=params.thresholds or config.thresholds,
+        eval_backend=config.eval_backend,
+        eval_limit=params.eval_limit or config.eval_limit,
+        dry_run=params.dry_run,
+    )
 
 
 def replay_for_pack(spec: TrainingSpec, dataset_dir: Path) -> TrainingSpec:
@@ -256,38 +303,40 @@ def tool_lineage(spec: TrainingSpec) -> dict[str, str | None]:
 
 
 @contextlib.contextmanager
-def planned_tools(planned: dict[str, Any], configured_url: str) -> Iterator[str]:
+def planned_tools(plan: TrainingPlan, configured_url: str) -> Iterator[str]:
     """The MCP endpoint the tasks around training use (the health check, the evaluation):
     in replay, a private server over the plan's own store, started here and stopped after,
     so the evaluation scores against exactly what the rollouts saw and the user's server is
     never called; otherwise the configured server (the `toolrl_mcp` connection)."""
-    if planned.get("tool_mode") != "replay":
+    if plan.tool_mode != "replay":
         yield configured_url
         return
     from serving.mcp_server.config import ServerConfig
     from serving.mcp_server.server import start
     from training.spec.model import load_spec
 
-    store = load_spec(Path(planned["spec_path"])).tools.store
+    store = load_spec(Path(plan.spec_path)).tools.store
     assert store is not None  # the spec refuses replay without a store
     config = ServerConfig(mode="replay", store=Path(store), port=0, workers=1)
     with start(config) as server:
         yield server.url
 
 
-def check_planned_tools(configured_url: str, planned: dict[str, Any]) -> str:
+def check_planned_tools(configured_url: str, plan: TrainingPlan) -> str:
     """`check_mcp` against the endpoint the run's tools come from (`planned_tools`)."""
-    with planned_tools(planned, configured_url) as url:
-        return check_mcp(url, planned)
+    with planned_tools(plan, configured_url) as url:
+        return check_mcp(url, plan.tool_mode, plan.tool_store_digest)
 
 
-def check_mcp(url: str, planned: dict[str, Any] | None = None) -> str:
+def check_mcp(
+    url: str, tool_mode: ToolMode | None = None, tool_store_digest: str | None = None
+) -> str:
     """The MCP server must answer its health endpoint before rollouts depend on it, and, when
     the plan says which tools the run trains against (`tool_mode`, `tool_store_digest`), it
     must serve exactly those: the lineage tags would otherwise name tools the rollouts never
     called."""
     health = url.rsplit("/mcp", 1)[0] + "/healthz"
-    mode = (planned or {}).get("tool_mode") or "mock"
+    mode = tool_mode or "mock"
     try:
         with urllib.request.urlopen(health, timeout=5) as reply:  # noqa: S310 - configured URL
             status, body = reply.status, reply.read()
@@ -298,7 +347,7 @@ def check_mcp(url: str, planned: dict[str, Any] | None = None) -> str:
         ) from exc
     if status != 200:
         raise StageError(f"MCP server unhealthy at {health}")
-    if planned and planned.get("tool_mode"):
+    if tool_mode:
         try:
             served = json.loads(body)
         except ValueError:
@@ -309,21 +358,21 @@ def check_mcp(url: str, planned: dict[str, Any] | None = None) -> str:
                 f"trains against tools.mode {mode!r}: start it with `toolrl mcp serve --mode "
                 f"{mode}` or change the spec"
             )
-        digest = planned.get("tool_store_digest")
-        if digest and served.get("store_digest") != digest:
+        if tool_store_digest and served.get("store_digest") != tool_store_digest:
             raise StageError(
                 f"the MCP server at {health} replays a recording with digest "
-                f"{served.get('store_digest')}, but the plan recorded {digest} "
+                f"{served.get('store_digest')}, but the plan recorded {tool_store_digest} "
                 f"(tools.store): serve the spec's store"
             )
     return health
 
 
-def read_result(result_dir: str) -> dict[str, Any]:
+def read_result(result_dir: str) -> TrainingResult:
+    """`fetch_result`: what the finished job left in its working directory."""
     path = Path(result_dir)
     if not (path / "result.json").is_file():
         raise StageError(f"the training job left no result.json in {path}")
-    return TrainingResult.read(path).model_dump(mode="json")
+    return TrainingResult.read(path)
 
 
 def evaluate_model(
