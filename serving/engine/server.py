@@ -10,7 +10,8 @@ conversations take a minute instead of ten (`benchmarks/bench_serving_cpu.py`).
 Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/completions` (a raw prompt), `POST
 /v1/chat/completions` (rendered with the model's chat template, `tools` included; `stream=true`
 sends the prose token by token and the calls whole once the reply is complete). Request
-bodies are untrusted: size-capped, type-checked, answered with OpenAI-style errors.
+bodies are untrusted: size-capped, type-checked by the field rules the front door uses too
+(`serving/openai_request.py`), answered with OpenAI-style errors.
 
     python -m serving.engine.server --model DIR --port 8100 [--served-model-name NAME]
 """
@@ -30,12 +31,14 @@ from typing import Any
 
 from aiohttp import web
 
+from serving import openai_request as fields
 from serving.answer_stream import AnswerStream
 from serving.engine.cpu_dtype import choose
 from serving.engine.engine import Engine, Request, Sampling
 from serving.engine.signals import ALONE_SIGNAL, SHARE_SIGNAL
 from serving.engine.token_feed import TokenFeed
 from serving.engine.worker import EngineWorker
+from serving.openai_request import OpenAIRequestError as BadRequestError
 from serving.renderer import ChatRenderer, RenderError
 from serving.sse import ChunkWriter, ClientGoneError
 from serving.toolcalls.openai_calls import split_tool_calls
@@ -45,12 +48,6 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_CAP = 4096
 POLL_S = 0.5
 """How often a waiting request checks that its caller is still connected."""
-
-
-class BadRequestError(Exception):
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message, self.status = message, status
 
 
 def error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
@@ -83,63 +80,6 @@ def forced_call_prefix(body: dict[str, Any]) -> str:
     if name not in names:
         raise BadRequestError(f"tool_choice names {name!r}, which is not among the tools")
     return '<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": '
-
-
-def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadRequestError(f"{key} must be a number")
-    if not low <= float(value) <= high:
-        raise BadRequestError(f"{key} must be between {low} and {high}")
-    return float(value)
-
-
-def _max_tokens(body: dict[str, Any], default: int) -> int:
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BadRequestError(f"{key} must be a positive integer")
-        return min(value, MAX_TOKENS_CAP)
-    return default
-
-
-def _stream_flags(body: dict[str, Any]) -> bool | None:
-    """None for a plain reply; for `stream=true`, whether a usage chunk is wanted."""
-    stream = body.get("stream")
-    if stream is None or stream is False:
-        if body.get("stream_options") is not None:
-            raise BadRequestError("stream_options is only allowed when stream is true")
-        return None
-    if stream is not True:
-        raise BadRequestError("stream must be a boolean")
-    options = body.get("stream_options")
-    if options is None:
-        return False
-    if not isinstance(options, dict):
-        raise BadRequestError("stream_options must be an object")
-    usage = options.get("include_usage", False)
-    if not isinstance(usage, bool):
-        raise BadRequestError("stream_options.include_usage must be a boolean")
-    return usage
-
-
-def _stops(body: dict[str, Any]) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        stop = [stop]
-    if (
-        not isinstance(stop, list)
-        or len(stop) > 4
-        or not all(isinstance(s, str) and s for s in stop)
-    ):
-        raise BadRequestError("stop must be a string or a list of up to 4 non-empty strings")
-    return list(stop)
 
 
 @dataclass
@@ -183,25 +123,24 @@ class EngineServer:
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise BadRequestError("the body is not valid JSON") from exc
+            raw = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
             raise BadRequestError("the body is too large", 413) from exc
-        if not isinstance(body, dict):
-            raise BadRequestError("the body must be a JSON object")
-        return body
+        return fields.json_object(raw)
 
     def _sampling(self, body: dict[str, Any]) -> Sampling:
-        seed = body.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise BadRequestError("seed must be an integer")
-        if body.get("n", 1) != 1:
-            raise BadRequestError("n must be 1")
+        """The request's sampling fields (shared rules, `serving/openai_request.py`); a
+        budget above `MAX_TOKENS_CAP` is capped, not refused."""
+        seed = fields.seed(body)
+        fields.single_choice(body)
+        budget = fields.max_tokens(body)
+        temperature, top_p = fields.temperature(body), fields.top_p(body)
         return Sampling(
-            max_new_tokens=_max_tokens(body, self.handle.default_max_tokens),
-            temperature=_number(body, "temperature", 0.0, 0.0, 2.0),
-            top_p=_number(body, "top_p", 1.0, 1e-6, 1.0),
+            max_new_tokens=(
+                self.handle.default_max_tokens if budget is None else min(budget, MAX_TOKENS_CAP)
+            ),
+            temperature=0.0 if temperature is None else temperature,
+            top_p=1.0 if top_p is None else top_p,
             stop_ids=self.handle.stop_ids,
             seed=seed,
         )
@@ -252,7 +191,7 @@ class EngineServer:
             prompt_text = body.get("prompt")
             if not isinstance(prompt_text, str) or not prompt_text:
                 raise BadRequestError("prompt must be a non-empty string")
-            sampling, stops = self._sampling(body), _stops(body)
+            sampling, stops = self._sampling(body), fields.stop(body)
             tokenizer = self.handle.renderer.tokenizer
             prompt = list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
             request = await self._generate(prompt, sampling, None, http)
@@ -275,11 +214,9 @@ class EngineServer:
         )
 
     def _render(self, body: dict[str, Any], forced: str = "") -> tuple[list[int], list[int] | None]:
-        messages, tools = body.get("messages"), body.get("tools")
+        messages, tools = fields.message_list(body), body.get("tools")
         if body.get("tool_choice") == "none":
             tools = None  # answer without tools: the model is not shown them
-        if not isinstance(messages, list) or not messages:
-            raise BadRequestError("messages must be a non-empty list")
         for index, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise BadRequestError(f"messages[{index}] must be an object with a role")
@@ -298,13 +235,20 @@ class EngineServer:
     async def chat(self, http: web.Request) -> web.StreamResponse:
         try:
             body = await self._body(http)
-            stream = _stream_flags(body)
+            stream = fields.stream_flags(body)
             forced = forced_call_prefix(body)
             prompt, hint = self._render(body, forced)
-            sampling, stops = self._sampling(body), _stops(body)
-            if stream is not None:
+            sampling, stops = self._sampling(body), fields.stop(body)
+            if stream.stream:
                 return await self._stream_chat(
-                    http, prompt, hint, sampling, stops, forced, stream, body.get("tools")
+                    http,
+                    prompt,
+                    hint,
+                    sampling,
+                    stops,
+                    forced,
+                    stream.include_usage,
+                    body.get("tools"),
                 )
             request = await self._generate(prompt, sampling, hint, http)
         except BadRequestError as exc:

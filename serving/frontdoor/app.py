@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import time
 import uuid
 
@@ -23,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from serving.agent import TransportError
 from serving.frontdoor.replies import completion_body
-from serving.frontdoor.request import RequestError, check_tool_names, parse_chat_request
+from serving.frontdoor.request import check_tool_names, parse_chat_request
 from serving.frontdoor.stream import Episode, stream_episode
 from serving.launch.switch import Switchboard
+from serving.openai_request import OpenAIRequestError, json_object
 
 
 class FrontDoorConfig(BaseModel):
@@ -71,12 +71,10 @@ def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Applicat
             return error_response(401, "missing or wrong bearer key", "authentication_error")
         try:
             raw = await request.read()
-            chat_request = parse_chat_request(json.loads(raw), config.max_messages)
+            chat_request = parse_chat_request(json_object(raw), config.max_messages)
         except web.HTTPRequestEntityTooLarge:
             return error_response(413, f"body larger than {config.max_body_bytes} bytes")
-        except (ValueError, RecursionError):
-            return error_response(400, "request body is not valid JSON")
-        except RequestError as exc:
+        except OpenAIRequestError as exc:
             return error_response(exc.status, exc.message, exc.kind)
         try:
             await asyncio.wait_for(slots.acquire(), config.queue_timeout_s)
@@ -89,7 +87,7 @@ def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Applicat
             try:
                 server_tools = {t["function"]["name"] for t in await upstream.agent.tool_schemas()}
                 check_tool_names(chat_request, server_tools)
-            except RequestError as exc:
+            except OpenAIRequestError as exc:
                 return error_response(exc.status, exc.message, exc.kind)
             except TransportError as exc:
                 return error_response(502, f"tool server unreachable: {exc}", "upstream_error")
