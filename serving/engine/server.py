@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from serving import openai_request as fields
+import serving.openai_request as fields
 from serving.answer_stream import AnswerStream
 from serving.engine.cpu_dtype import choose
 from serving.engine.engine import Engine, Request, Sampling

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving import openai_request as fields
+import serving.openai_request as fields
 from serving.agent import Message, ToolChoice
 from serving.openai_request import OpenAIRequestError, bad
 

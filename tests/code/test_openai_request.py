@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from serving import openai_request as fields
+import serving.openai_request as fields
 from serving.openai_request import OpenAIRequestError, StreamFlags
 
 
