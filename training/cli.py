@@ -45,8 +45,9 @@ def _register_stage_commands() -> None:
     from training.orchestrator.cli import register_cli as register_airflow
     from training.registry.cli import register_cli as register_registry
     from training.rewards.cli import register_cli as register_reward
+    from training.verl_bridge.cli import register_cli as register_bridge
 
-    register_mcp(app)
+    register_bridge(register_mcp(app))
     register_packs(register_tools(app, _pipeline_tool_sources))
     register_cpu_training(register_train(app))
     register_reward(app)
@@ -60,8 +61,8 @@ def _pipeline_tool_sources() -> tuple[ToolSources, Path]:
     """`tool_sources` of the pipeline config; unset, the project's own server at
     $TOOLRL_MCP_URL (the URL every other command uses). Relative paths in the sources are
     taken from the config file's directory."""
+    from serving.mcp_client.base import DEFAULT_URL, TOKEN_ENV, URL_ENV
     from serving.mcp_client.sources import BUILTIN_SERVER, HttpSource, ToolSources
-    from serving.mcp_server.config import DEFAULT_URL, TOKEN_ENV, URL_ENV
     from training.pipeline.config import CONFIG_ENV, load_pipeline_config
 
     config = load_pipeline_config()

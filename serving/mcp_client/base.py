@@ -1,4 +1,5 @@
-"""What every MCP transport shares: its errors, its call result and the client interface.
+"""What every MCP transport shares: its errors, its call result, the client interface and
+the names the project's own server is reached by (its URL and token env vars, headers).
 
 Why a separate module: the agent loop, the verl bridge and the CPU backend catch the same
 errors and read the same result whichever transport (streamable HTTP or stdio) carried the
@@ -17,6 +18,22 @@ PROTOCOL_VERSION = "2025-06-18"
 KNOWN_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 """Handshake-era revisions whose tools/list and tools/call this client reads correctly."""
 CLIENT_INFO = {"name": "toolrl", "version": "1"}
+
+# The project's own server: where it listens and the headers its clients send. Defined here,
+# in the client package, because both sides need them and the server already builds on the
+# client (replay and live mode call other servers through it); `serving.mcp_server.config`
+# names them as well.
+TOKEN_ENV = "TOOLRL_MCP_TOKEN"
+"""Env var holding the bearer token; read when `--token` is not given."""
+URL_ENV = "TOOLRL_MCP_URL"
+"""Env var holding the server URL the bridge and tool-config generator use by default."""
+DEFAULT_URL = "http://127.0.0.1:8000/mcp"
+SESSION_HEADER = "x-toolrl-session"
+"""Header naming the conversation a call belongs to (see docs/parts/mcp.md, session mapping)."""
+SEQ_HEADER = "x-toolrl-call-seq"
+"""Optional header: index of this call within its session (pins the mock fault draw)."""
+SESSION_META_KEY = "toolrl/session"
+"""The same, as a `_meta` key of `tools/call`, for clients that cannot set headers per call."""
 
 
 class McpClientError(Exception):

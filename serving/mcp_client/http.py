@@ -28,13 +28,17 @@ import aiohttp
 
 from serving.mcp_client.base import (
     CLIENT_INFO,
+    DEFAULT_URL,
     PROTOCOL_VERSION,
+    SEQ_HEADER,
+    SESSION_HEADER,
+    TOKEN_ENV,
+    URL_ENV,
     McpClientError,
     McpProtocolError,
     ToolCallResult,
     call_result,
 )
-from serving.mcp_server.config import DEFAULT_URL, SEQ_HEADER, SESSION_HEADER, TOKEN_ENV, URL_ENV
 
 MODERN_VERSION = "2026-07-28"
 """The stateless per-request revision: no handshake, no session, routing headers."""

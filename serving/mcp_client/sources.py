@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from serving.mcp_server.config import DEFAULT_URL, TOKEN_ENV
+from serving.mcp_client.base import DEFAULT_URL, TOKEN_ENV
 
 BUILTIN_SERVER = "toolrl"
 """The name of the project's own MCP server in the default sources."""

@@ -1,22 +1,24 @@
-"""`toolrl mcp serve` and `toolrl mcp tool-config`. The lead's CLI calls `register_cli(app)`.
+"""`toolrl mcp serve`. The lead's CLI calls `register_cli(app)` and adds the verl bridge's
+`tool-config` to the group it returns (`training/verl_bridge/cli.py`): serving never
+imports training.
 
-Heavy imports (uvicorn, the MCP SDK, the bridge) happen inside the commands, so that
-`toolrl --help` stays instant, and serving never imports training at module level.
+Heavy imports (uvicorn, the MCP SDK) happen inside the commands, so that `toolrl --help`
+stays instant.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from serving.mcp_server.config import DEFAULT_URL, TOKEN_ENV, URL_ENV
+from serving.mcp_server.config import TOKEN_ENV
 
 
-def register_cli(app: typer.Typer) -> None:
-    """Add the `mcp` command group to `app`."""
+def register_cli(app: typer.Typer) -> typer.Typer:
+    """Add the `mcp` command group to `app`; returns it, so the composition root can add
+    the commands that live in `training` (`mcp tool-config`)."""
     mcp_app = typer.Typer(help="MCP tool server and the verl bridge config.", no_args_is_help=True)
     app.add_typer(mcp_app, name="mcp")
 
@@ -122,33 +124,4 @@ def register_cli(app: typer.Typer) -> None:
             raise typer.Exit(2) from exc
         raise typer.Exit(status)
 
-    @mcp_app.command("tool-config")
-    def tool_config(
-        out: Annotated[Path, typer.Option("--out", help="YAML file to write.")],
-        url: Annotated[
-            str | None, typer.Option(help=f"MCP endpoint (default: ${URL_ENV} or {DEFAULT_URL}).")
-        ] = None,
-        token: Annotated[
-            str | None, typer.Option(help=f"Bearer token (default: ${TOKEN_ENV}).")
-        ] = None,
-        embed_url: Annotated[
-            bool, typer.Option(help="Write the URL into the config (else workers use the env).")
-        ] = True,
-        timeout_s: Annotated[float, typer.Option(help="Per-call timeout for the bridge.")] = 30.0,
-    ) -> None:
-        """Read tools/list and write verl's native tool-config YAML for the bridge."""
-        from serving.mcp_client.base import McpClientError
-        from training.verl_bridge.tool_config import write_tool_config
-
-        endpoint = url or os.environ.get(URL_ENV) or DEFAULT_URL
-        secret = token or os.environ.get(TOKEN_ENV) or None
-        try:
-            report = write_tool_config(endpoint, out, secret, embed_url, timeout_s)
-        except (McpClientError, OSError) as exc:
-            typer.secho(f"tool-config failed: {exc}", fg="red", err=True)
-            raise typer.Exit(2) from exc
-        typer.echo(f"wrote {out}")
-        if report.changes:
-            typer.echo("flattened for verl (kept only type/description/enum):")
-            for line in report.changes:
-                typer.echo(f"  {line}")
+    return mcp_app

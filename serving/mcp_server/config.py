@@ -8,19 +8,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-TOKEN_ENV = "TOOLRL_MCP_TOKEN"
-"""Env var holding the bearer token; read when `--token` is not given."""
-
-URL_ENV = "TOOLRL_MCP_URL"
-"""Env var holding the server URL the bridge and tool-config generator use by default."""
-
-DEFAULT_URL = "http://127.0.0.1:8000/mcp"
-SESSION_HEADER = "x-toolrl-session"
-"""Header naming the conversation a call belongs to (see docs/parts/mcp.md, session mapping)."""
-SEQ_HEADER = "x-toolrl-call-seq"
-"""Optional header: index of this call within its session (pins the mock fault draw)."""
-SESSION_META_KEY = "toolrl/session"
-"""The same, as a `_meta` key of `tools/call`, for clients that cannot set headers per call."""
+# The wire names client and server share live in the lower package; named here as well,
+# since they are the server's settings too.
+from serving.mcp_client.base import DEFAULT_URL as DEFAULT_URL
+from serving.mcp_client.base import SEQ_HEADER as SEQ_HEADER
+from serving.mcp_client.base import SESSION_HEADER as SESSION_HEADER
+from serving.mcp_client.base import SESSION_META_KEY as SESSION_META_KEY
+from serving.mcp_client.base import TOKEN_ENV as TOKEN_ENV
+from serving.mcp_client.base import URL_ENV as URL_ENV
 
 
 class FaultConfig(BaseModel):

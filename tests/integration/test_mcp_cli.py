@@ -1,5 +1,5 @@
 """The `mcp` command group: `serve` as a real process (SIGTERM -> clean exit) and
-`tool-config` against it."""
+`tool-config` (added by training's verl bridge) against it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from serving.mcp_server.cli import register_cli
 from serving.runtime.ports import free_port
+from training.verl_bridge.cli import register_cli as register_tool_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def cli_app() -> typer.Typer:
     def main() -> None:
         """test root"""
 
-    register_cli(app)
+    register_tool_config(register_cli(app))
     return app
 
 
