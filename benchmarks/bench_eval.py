@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -27,6 +26,7 @@ import pandas as pd
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import start
 from serving.runtime.ports import free_port
+from serving.runtime.processes import start_process_group, stop_process_group
 from training.data.config import GenerationConfig
 from training.data.generate import build_manifest, generate_rows, write_dataset
 from training.evaluation.runner import EvalConfig, evaluate
@@ -139,10 +139,9 @@ def main() -> None:
     with TemporaryDirectory() as tmp:
         data = make_data(Path(tmp))
         port = free_port()
-        server = subprocess.Popen(
+        server = start_process_group(
             [sys.executable, "-m", "training.evaluation.scripted", "--data", str(data),
              "--port", str(port)],
-            start_new_session=True,
         )  # fmt: skip
         try:
             wait_http(f"http://127.0.0.1:{port}/health")
@@ -153,8 +152,7 @@ def main() -> None:
                 baseline = measure(data, url, mcp.url, Path(tmp) / "r1.json", 1, 300)
                 clients = client_cost(url)
         finally:
-            server.terminate()
-            server.wait(timeout=10)
+            stop_process_group(server, grace_s=10)
     result = {
         "benchmark": "eval harness vs scripted instant endpoint + real MCP (mock)",
         "load_avg_at_start": round(load, 2),
