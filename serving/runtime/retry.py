@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar, TypeVarTuple
+from typing import Any, NoReturn, Required, TypedDict, TypeVar, TypeVarTuple, Unpack
 
 import tenacity
 
@@ -52,16 +52,39 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+class RetryOptions(TypedDict, total=False):
+    """The keyword arguments of `retry_async` and `retry_call`."""
+
+    attempts: Required[int]
+    """Tries in all, the first included (1: no retry)."""
+    first_backoff_s: Required[float]
+    """The wait after the first failure; it doubles after each further one."""
+    what: Required[str]
+    """What is tried, as the final error names it ("tools/call x", a URL, "judge")."""
+    retry_on: Retryable
+    """Which failures get another try (default: any Exception)."""
+    max_backoff_s: float | None
+    """Cap on one wait (default: none)."""
+    error: ErrorFactory | None
+    """The final error's type, built from its message (default: `RetryError`)."""
+    describe: Callable[[BaseException], str]
+    """The last problem as the final message quotes it (default: `describe`)."""
+    on_retry: OnRetry | None
+    """Told of each retried failure and the wait before the next try (metrics, logs)."""
+
+
 @dataclass(frozen=True)
 class _Policy:
+    """`RetryOptions` with their defaults, turned into tenacity's settings."""
+
     attempts: int
     first_backoff_s: float
-    max_backoff_s: float | None
-    retry_on: Retryable
     what: str
-    error: ErrorFactory | None
-    describe: Callable[[BaseException], str]
-    on_retry: OnRetry | None
+    retry_on: Retryable = Exception
+    max_backoff_s: float | None = None
+    error: ErrorFactory | None = None
+    describe: Callable[[BaseException], str] = describe
+    on_retry: OnRetry | None = None
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -113,44 +136,20 @@ class _Policy:
 
 
 async def retry_async(
-    fn: Callable[[*Ts], Awaitable[T]],
-    *args: *Ts,
-    attempts: int,
-    first_backoff_s: float,
-    what: str,
-    retry_on: Retryable = Exception,
-    max_backoff_s: float | None = None,
-    error: ErrorFactory | None = None,
-    describe: Callable[[BaseException], str] = describe,
-    on_retry: OnRetry | None = None,
+    fn: Callable[[*Ts], Awaitable[T]], *args: *Ts, **options: Unpack[RetryOptions]
 ) -> T:
     """`await fn(*args)`, tried up to `attempts` times; between tries waits first_backoff_s,
     then twice that, and so on (up to `max_backoff_s`). Only failures matching `retry_on`
     are retried; any other propagates unchanged. When every try failed, raises
     `error(message)` (or `RetryError`), chained to the last failure, with the message
     "<what> failed after N tries: <describe(last failure)>"."""
-    policy = _Policy(
-        attempts, first_backoff_s, max_backoff_s, retry_on, what, error, describe, on_retry
-    )
+    policy = _Policy(**options)
     result: T = await tenacity.AsyncRetrying(**policy.tenacity_kwargs())(fn, *args)
     return result
 
 
-def retry_call(
-    fn: Callable[[*Ts], T],
-    *args: *Ts,
-    attempts: int,
-    first_backoff_s: float,
-    what: str,
-    retry_on: Retryable = Exception,
-    max_backoff_s: float | None = None,
-    error: ErrorFactory | None = None,
-    describe: Callable[[BaseException], str] = describe,
-    on_retry: OnRetry | None = None,
-) -> T:
+def retry_call(fn: Callable[[*Ts], T], *args: *Ts, **options: Unpack[RetryOptions]) -> T:
     """`retry_async` for a blocking call (it sleeps the thread between tries)."""
-    policy = _Policy(
-        attempts, first_backoff_s, max_backoff_s, retry_on, what, error, describe, on_retry
-    )
+    policy = _Policy(**options)
     result: T = tenacity.Retrying(**policy.tenacity_kwargs())(fn, *args)
     return result

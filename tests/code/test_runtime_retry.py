@@ -50,9 +50,7 @@ def test_the_final_error_says_how_many_tries_and_the_last_problem() -> None:
     flaky = Flaky(failures=10)
     with pytest.raises(RetryError) as caught:
         asyncio.run(
-            retry_async(
-                flaky.call_async, 1, attempts=3, first_backoff_s=0.0, what="tools/call x"
-            )
+            retry_async(flaky.call_async, 1, attempts=3, first_backoff_s=0.0, what="tools/call x")
         )
     assert flaky.calls == 3
     assert str(caught.value) == "tools/call x failed after 3 tries: ConnectionError: refused"
@@ -82,35 +80,20 @@ def test_the_caller_chooses_the_final_error_type_and_the_problem_text() -> None:
 def test_a_failure_not_chosen_for_retry_propagates_at_once_unchanged() -> None:
     flaky = Flaky(failures=5, exc=ValueError("bad request"))
     with pytest.raises(ValueError, match="bad request"):
-        retry_call(
-            flaky, 1, attempts=5, first_backoff_s=0.0, what="x", retry_on=ConnectionError
-        )
+        retry_call(flaky, 1, attempts=5, first_backoff_s=0.0, what="x", retry_on=ConnectionError)
     assert flaky.calls == 1
 
 
 def test_a_predicate_chooses_which_failures_are_retried() -> None:
-    flaky = Flaky(failures=1, exc=OSError(503, "busy"))
-    assert (
-        retry_call(
-            flaky,
-            5,
-            attempts=2,
-            first_backoff_s=0.0,
-            what="x",
-            retry_on=lambda exc: isinstance(exc, OSError) and exc.errno == 503,
-        )
-        == 10
-    )
-    refused = Flaky(failures=1, exc=OSError(400, "no"))
+    def busy(exc: BaseException) -> bool:
+        return isinstance(exc, OSError) and exc.errno == 503
+
+    def call(flaky: Flaky) -> int:
+        return retry_call(flaky, 5, attempts=2, first_backoff_s=0.0, what="x", retry_on=busy)
+
+    assert call(Flaky(failures=1, exc=OSError(503, "busy"))) == 10
     with pytest.raises(OSError, match="no"):
-        retry_call(
-            refused,
-            5,
-            attempts=2,
-            first_backoff_s=0.0,
-            what="x",
-            retry_on=lambda exc: isinstance(exc, OSError) and exc.errno == 503,
-        )
+        call(Flaky(failures=1, exc=OSError(400, "no")))
 
 
 def test_the_sync_form_caps_the_backoff_and_one_attempt_means_no_retry() -> None:
