@@ -33,14 +33,16 @@ TURN_START = "<|im_start|>"
 
 
 def openai_tools(data: Path) -> list[dict[str, Any]]:
-    """The dataset's catalog as the loop's tool runner lists it (`cpu_backend/tools.py`):
+    """The dataset's catalog as the loop lists it (`serving.renderer.openai_function`):
     a pack dataset's `tools.json`, else (the built-in data) the project's own catalog."""
-    tools_file = data / "tools.json"
-    if not tools_file.is_file():
+    from training.data.packs.truth import tool_snapshot_path
+
+    tools_file = tool_snapshot_path(data)  # None for a built-in dataset (it has one too)
+    if tools_file is None:
         from serving.tools import get_catalog
 
         return list(get_catalog().openai_schemas())
-    from training.cpu_backend.tools import openai_function
+    from serving.renderer import openai_function
 
     tools = json.loads(tools_file.read_text(encoding="utf-8"))
     return [openai_function(tool) for tool in tools]

@@ -35,11 +35,11 @@ from typing import Any
 
 import pandas as pd
 
-from training.cpu_backend.metrics import HEADLINE_RATES
+from training.evaluation.metrics import HEADLINE_METRICS
 
 RESULTS = Path(__file__).parent / "results" / "template_generalization.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_tiny.yaml"
-METRICS = HEADLINE_RATES
+METRICS = tuple(key for key, _ in HEADLINE_METRICS)
 WORD = re.compile(r"[a-z]+|[\u4e00-\u9fff]")
 
 
@@ -92,19 +92,19 @@ class NaiveBayes:
 
 
 def seen_template_rows(data: Path, seed: int) -> list[dict[str, Any]]:
-    """New rows of the training templates: another seed of the same generator, train split,
-    minus any query the training split already has."""
-    from training.data.config import GenerationConfig
-    from training.data.generate import generate_rows
+    """New rows of the training templates: another seed of the same generator (the built-in
+    pack, the recorded settings), train split, minus any query the training split has."""
+    from training.data.packs.generate import generate_builtin_dataset
 
     recorded = json.loads((data / "manifest.json").read_text())["generator"]
-    fields = {k: v for k, v in recorded.items() if k in GenerationConfig.model_fields}
-    config = GenerationConfig.model_validate({**fields, "seed": seed})
+    settings = {k: recorded[k] for k in ("n", "test_fraction", "chinese_fraction")}
+    with tempfile.TemporaryDirectory(prefix="diag-templates-") as scratch:
+        rows = generate_builtin_dataset(Path(scratch), seed=seed, progress=False, **settings).rows
     train = pd.read_parquet(data / "train.parquet")
     templates, queries = set(train["template_id"]), set(train["query"])
     return [
         row
-        for row in generate_rows(config, progress=False)
+        for row in rows
         if row["extra_info"]["split"] == "train"
         and row["template_id"] in templates
         and row["query"] not in queries
@@ -116,7 +116,6 @@ def model_eval(model: Path, parquet: Path, rows: int, scratch: Path) -> dict[str
     import torch
 
     from training.cpu_backend.run import eval_rows, quick_eval, tool_server
-    from training.cpu_backend.tools import McpToolRunner
     from training.spec.model import load_spec
 
     spec = load_spec(SPEC)
@@ -128,15 +127,8 @@ def model_eval(model: Path, parquet: Path, rows: int, scratch: Path) -> dict[str
     )
     torch.set_num_threads(spec.cpu.threads)
     with tool_server(spec) as url:
-        runner = McpToolRunner(url, spec.tools.timeout_s)
-        try:
-            schemas = runner.list_tools()
-            report = quick_eval(
-                spec, model, eval_rows(spec), schemas, runner, scratch / f"{parquet.stem}.json"
-            )
-        finally:
-            runner.close()
-    return {k: round(float(report[k]), 3) for k in METRICS}
+        report = quick_eval(spec, model, eval_rows(spec), url, scratch / f"{parquet.stem}.json")
+    return {k: round(float(report[k] or 0.0), 3) for k in METRICS}
 
 
 def main() -> None:

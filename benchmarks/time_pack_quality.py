@@ -49,15 +49,17 @@ def _rate(hits: int, n: int) -> dict[str, Any]:
 
 def figures(cases: Sequence[Any]) -> dict[str, Any]:
     """Tool selection and exact call over the cases that need a tool, with counts and 95%
-    Wilson intervals; abstention over the no-tool cases."""
-    tool = [c for c in cases if c.selection_ok is not None]
-    no_tool = [c for c in cases if c.no_call_ok is not None]
+    Wilson intervals; abstention over the no-tool cases. Counted by the harness's own
+    `metrics.headline_counts`, so these are the report's rates with intervals around them."""
+    from training.evaluation.metrics import headline_counts
+
+    counts = headline_counts(cases)
     return {
         "cases": len(cases),
-        "tool_cases": len(tool),
-        "tool_selection": _rate(sum(bool(c.selection_ok) for c in tool), len(tool)),
-        "exact_call": _rate(sum(bool(c.exact_calls) for c in tool), len(tool)),
-        "abstention": _rate(sum(bool(c.no_call_ok) for c in no_tool), len(no_tool)),
+        "tool_cases": counts["tool_selection_accuracy"][1],
+        "tool_selection": _rate(*counts["tool_selection_accuracy"]),
+        "exact_call": _rate(*counts["exact_call_accuracy"]),
+        "abstention": _rate(*counts["abstention_rate"]),
     }
 
 

@@ -10,8 +10,8 @@ verl decodes the whole response with special tokens skipped, so a two-turn rollo
     assistant
     It is 21 °C in Paris.
 
-(`<|im_start|>`/`<|im_end|>` are gone, the role words stay; `training.cpu_backend.metrics.
-transcript_of` and `training.rewards.samples.tool_turn` build the same text). Tool output must
+(`<|im_start|>`/`<|im_end|>` are gone, the role words stay; the engine's decoded rollouts
+and `training.rewards.samples.tool_turn` build the same text). Tool output must
 never count as the model's answer or its calls, so a `<tool_response>` block is taken as the
 environment's only where the loop could have injected it: after the role word `user` (or
 `tool`) and after a turn that made a call. Anything else is the model writing a response

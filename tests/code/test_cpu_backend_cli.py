@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from training.cpu_backend.cli import register_cli
+from training.jobs.local_cli import register_cli
 
 
 def make_app() -> typer.Typer:

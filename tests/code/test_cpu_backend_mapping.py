@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from training.cpu_backend.grpo import LOSS_TYPES, grpo_arguments
+from training.cpu_backend.grpo import LOSS_TYPES, grpo_arguments, rollout_settings
 from training.cpu_backend.sft import sft_arguments
 from training.spec.model import TrainingSpec, load_spec
 from training.spec.resolve import resolve_model, resolve_paths
@@ -40,7 +40,11 @@ def test_demo_spec_maps_onto_a_valid_trl_config(tmp_path: Path) -> None:
     assert config.beta == pytest.approx(spec.algorithm.kl_loss_coef)
     assert config.epsilon == pytest.approx(3e-4)
     assert config.epsilon_high == pytest.approx(4e-4)
-    assert config.max_tool_calling_iterations == spec.rollout.max_turns - 1
+    rollouts = rollout_settings(spec)  # the episodes TRL's rollout_func runs
+    assert rollouts.max_turns == spec.rollout.max_turns
+    assert rollouts.temperature == spec.rollout.temperature
+    assert rollouts.completion_budget == spec.cpu.max_completion_length
+    assert rollouts.max_rows == config.per_device_train_batch_size  # one batch decodes at once
     assert config.max_steps == spec.cpu.grpo_steps
     assert config.save_steps == spec.checkpoint.save_freq
     assert config.loss_type == "grpo"
@@ -67,7 +71,8 @@ def test_loss_and_kl_follow_the_algorithm_section(
     assert args["beta"] == beta
     assert (args["epsilon"], args["epsilon_high"]) == (0.2, 0.28)
     assert (args["temperature"], args["top_p"]) == (0.7, 0.9)
-    assert args["max_tool_calling_iterations"] == 2
+    rollouts = rollout_settings(spec)  # the rollouts sample as TRL's config says
+    assert (rollouts.temperature, rollouts.top_p, rollouts.max_turns) == (0.7, 0.9, 3)
 
 
 @pytest.mark.parametrize(("mode", "loss_type"), sorted(LOSS_TYPES.items()))

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from training.cpu_backend.generation import common_prefix_length, generate
+from serving.engine.engine import common_prefix_length, generate
 from training.cpu_backend.prefix import causal_lm_loss, completion_logps, shared_prefix_length
 
 VOCAB = 300

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from serving.tools import get_catalog
+from testkit.datasets import builtin_rows
+from training.cpu_backend.episodes import cpu_renderer
 from training.cpu_backend.sft import sft_rows, tokenize_rows, trajectory
-from training.data.config import GenerationConfig
-from training.data.generate import generate_rows
 from training.rewards.config import RewardConfig
 from training.rewards.rule import score_rollout
 from training.rewards.samples import render_hermes, tool_turn
@@ -21,7 +21,7 @@ from training.rewards.samples import render_hermes, tool_turn
 
 @pytest.fixture(scope="module")
 def frame() -> pd.DataFrame:
-    rows = generate_rows(GenerationConfig(n=160, seed=3), progress=False)
+    rows = builtin_rows(160, seed=3)
     return pd.DataFrame([r for r in rows if r["extra_info"]["split"] == "train"])
 
 
@@ -81,13 +81,17 @@ def test_labels_cover_assistant_turns_only_and_long_rows_are_dropped(
     tokenizer = build_tokenizer(tmp_path, "hermes", 8_192)
     schemas = get_catalog().openai_schemas()
     multi = [r for r in frame.to_dict("records") if r["category"] == "multi_step"][:2]
-    rows, dropped = tokenize_rows(tokenizer, [trajectory(r) for r in multi], schemas, False, 8192)
+    rows, dropped = tokenize_rows(
+        cpu_renderer(tokenizer, False), [trajectory(r) for r in multi], schemas, 8192
+    )
     assert dropped == 0 and len(rows) == 2
     learned = tokenizer.decode([t for t in rows[0]["labels"] if t != -100])
     assert learned.count("<tool_call>") == 2 and "<tool_response>" not in learned
     assert "null" not in learned  # no arguments of other tools leak into the calls
     assert "# Tools" not in learned and multi[0]["query"] not in learned
-    _, dropped = tokenize_rows(tokenizer, [trajectory(r) for r in multi], schemas, False, 300)
+    _, dropped = tokenize_rows(
+        cpu_renderer(tokenizer, False), [trajectory(r) for r in multi], schemas, 300
+    )
     assert dropped == 2  # never truncated: the tool prompt alone is longer than 300 tokens
 
 
@@ -99,7 +103,9 @@ def test_curriculum_rows_come_first_without_the_tool_block(
     tokenizer = build_tokenizer(tmp_path, "hermes", 8_192)
     schemas = get_catalog().openai_schemas()
     trajectories = [trajectory(r) for r in frame.to_dict("records")[:3]]
-    rows, _ = tokenize_rows(tokenizer, trajectories, schemas, False, 8192, short_rows=2)
+    rows, _ = tokenize_rows(
+        cpu_renderer(tokenizer, False), trajectories, schemas, 8192, short_rows=2
+    )
     texts = [tokenizer.decode(row["input_ids"]) for row in rows]
     assert ["# Tools" in text for text in texts] == [False, False, True]
     assert len(rows[0]["input_ids"]) < 1_000 < len(rows[2]["input_ids"])

@@ -19,14 +19,18 @@ def test_watcher_reports_each_milestone_once_in_order(tmp_path: Path) -> None:
     watcher = CheckpointWatcher(tmp_path, said.append, totals={"sft": 700, "grpo": 10})
     assert watcher.poll() == []
     (run / "sft" / "global_step_100").mkdir(parents=True)
-    (run / "eval_before.json").write_text(json.dumps({"parseable_rate": 0, "tool_selection": 0.2}))
+    (run / "eval_before.json").write_text(
+        json.dumps({"parseable_rate": 0, "tool_selection_accuracy": 0.2})
+    )
     assert watcher.poll() == [
         "SFT checkpoint: step 100/700",
         "quick eval base model: parseable 0%, right tool 20%",
     ]
     (run / "sft" / "global_step_200").mkdir()
     (run / "global_step_5").mkdir()
-    (run / "eval_sft.json").write_text(json.dumps({"parseable_rate": 0.97, "tool_selection": 0.4}))
+    (run / "eval_sft.json").write_text(
+        json.dumps({"parseable_rate": 0.97, "tool_selection_accuracy": 0.4})
+    )
     assert watcher.poll() == [
         "SFT checkpoint: step 200/700",
         "GRPO checkpoint: step 5/10",
@@ -138,9 +142,9 @@ def test_the_before_after_table_reads_the_run_folders(tmp_path: Path) -> None:
     job = run / "jobs" / "toolrl-x-a1"
     job.mkdir(parents=True)
     (job / "result.json").write_text("{}")
-    quick = {"rows": 48, "parseable_rate": 0.0, "tool_selection": 0.0}
+    quick = {"cases": 48, "parseable_rate": 0.0, "tool_selection_accuracy": 0.0}
     (job / "cpu_report.json").write_text(
-        json.dumps({"evals": {"before": quick, "sft": {**quick, "tool_selection": 0.6}}})
+        json.dumps({"evals": {"before": quick, "sft": {**quick, "tool_selection_accuracy": 0.6}}})
     )
     (run / "eval").mkdir()
     overall = {"cases": 96, "tool_selection_accuracy": 0.74, "pass_rate": 0.67}

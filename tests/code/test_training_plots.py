@@ -15,14 +15,15 @@ REPORT = {
         "before": {
             "rows": 48,
             "parseable_rate": 0.0,
-            "tool_selection": 0.0,
-            "by_category": {"single": {"success": 0.0}},
+            "tool_selection_accuracy": 0.0,
+            "answer_accuracy": None,  # no case behind it: drawn as 0, not a crash
+            "by_category": {"single": {"pass_rate": 0.0}},
         },
         "sft": {
             "rows": 48,
             "parseable_rate": 0.85,
-            "tool_selection": 0.6,
-            "by_category": {"single": {"success": 0.6}},
+            "tool_selection_accuracy": 0.6,
+            "by_category": {"single": {"pass_rate": 0.6}},
         },
     },
 }

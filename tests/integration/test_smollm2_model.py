@@ -68,10 +68,9 @@ def test_tokenizer_ends_turns_and_keeps_the_tool_tags(smollm2: Path) -> None:
 
 
 def tiny_dataset(root: Path) -> Path:
-    from training.data.config import GenerationConfig
-    from training.data.generate import generate_dataset
+    from training.data.packs.generate import generate_builtin_dataset
 
-    generate_dataset(GenerationConfig(n=60, seed=3, chinese_fraction=0.0), root, progress=False)
+    generate_builtin_dataset(root, n=60, seed=3, chinese_fraction=0.0, progress=False)
     return root
 
 
@@ -83,6 +82,7 @@ def test_a_short_sft_lowers_the_loss_and_the_checkpoint_reloads(
     from serving.engine.engine import generate
     from serving.tools import get_catalog
     from training.cpu_backend.compute_dtype import choose, cpu_flags
+    from training.cpu_backend.episodes import cpu_renderer
     from training.cpu_backend.packed_loss import frozen_context_sft_loss
     from training.cpu_backend.precision import torch_dtype
     from training.cpu_backend.sft import run_sft, sft_rows, tokenize_rows
@@ -117,7 +117,10 @@ def test_a_short_sft_lowers_the_loss_and_the_checkpoint_reloads(
     import pandas as pd
 
     trained_rows, _ = tokenize_rows(
-        tokenizer, sft_rows(pd.read_parquet(data / "train.parquet"), 5, 2, 1), schemas, False, 4096
+        cpu_renderer(tokenizer, False),
+        sft_rows(pd.read_parquet(data / "train.parquet"), 5, 2, 1),
+        schemas,
+        4096,
     )
 
     def loss_of(model: Any) -> float:

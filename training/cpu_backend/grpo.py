@@ -1,10 +1,11 @@
 """GRPO on CPU with TRL, mapped from the TrainingSpec.
 
-What TRL does here, as verl does on GPU: `rollout.n` samples per prompt with multi-turn
-tool calling (the MCP tools, one session per rollout, see `tools.py`), the project's reward
-on the verl-style transcript (`reward.py`), group-normalised advantages, the GSPO
-(sequence-level ratio) or PPO-clip loss, optional KL to the frozen SFT model, and the loss
-on model tokens only (TRL's `tool_mask` zeroes the tool responses it injected).
+What runs here, as verl does on GPU: `rollout.n` samples per prompt, each an episode of the
+project's agent loop with multi-turn tool calling (the MCP tools, one session per rollout:
+`rollouts.py`, TRL's `rollout_func` hook), the project's reward on the verl-style
+transcript (`reward.py`), group-normalised advantages, the GSPO (sequence-level ratio) or
+PPO-clip loss, optional KL to the frozen SFT model, and the loss on model tokens only (the
+rollout's `env_mask` zeroes the tool results and template tokens the loop placed).
 
 One GRPO step = one batch of `cpu.prompts_per_step` prompts x `rollout.n` rollouts and one
 optimizer step on it (on-policy, like verl with one mini-batch per step).
@@ -29,17 +30,12 @@ from training.cpu_backend.checkpoints import (
     latest_complete_step,
     read_data_state,
 )
-from training.cpu_backend.generation import generate
+from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer
 from training.cpu_backend.packed_loss import frozen_context_completion_logps
 from training.cpu_backend.precision import PrecisionMixin
 from training.cpu_backend.prefix import completion_logps
 from training.cpu_backend.reward import ProjectReward
-from training.cpu_backend.tools import (
-    McpToolRunner,
-    ToolSchema,
-    environment_class,
-    render_with_schemas,
-)
+from training.cpu_backend.rollouts import EpisodeRollouts
 from training.spec.model import TrainingSpec
 
 #: verl's `actor.loss_agg_mode` -> TRL's `loss_type` (how token losses become one number).
@@ -72,7 +68,6 @@ def grpo_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
         "num_iterations": 1,
         "num_generations": rollout.n,
         "max_completion_length": cpu.max_completion_length,
-        "max_tool_calling_iterations": rollout.max_turns - 1,
         "temperature": rollout.temperature,
         "top_p": rollout.top_p,
         "chat_template_kwargs": {"enable_thinking": spec.model.enable_thinking},
@@ -149,15 +144,16 @@ class GrpoResult:
 
 
 class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
-    """TRL's GRPO trainer with its two token-heavy parts computed once per shared prefix:
-    rollouts (`generation.generate`: the serving engine's continuous batching on one packed
-    cache) and the log-probabilities of the loss, the old policy and the reference
+    """TRL's GRPO trainer with rollouts from the project's agent loop (`rollouts.py`, on the
+    serving engine's continuous batching) and the log-probabilities of the loss, the old
+    policy and the reference computed once per shared prefix
     (`prefix.completion_logps`, or with `frozen_context` `packed_loss.
     frozen_context_completion_logps`, where tool responses and prompts carry no gradient).
     Same numbers as TRL's paths, a fraction of the tokens; anything with images falls back
     to TRL. The optimizer follows the model's dtype (`precision.py`)."""
 
     frozen_context = False
+    toolrl_batch_rows: list[dict[str, Any]] = []  # noqa: RUF012 (replaced per batch)
     flat_batches = 0
     """Optimizer steps skipped because every group's rollouts scored alike (no signal)."""
     _tool_mask: Any = None
@@ -178,33 +174,14 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
         finally:
             self._tool_mask = None
 
-    def _generate_single_turn(
-        self,
-        prompt_ids: list[list[int]],
-        images: Any,
-        multimodal_fields: Any,
-        num_generations: int,
-        has_tool_images: bool = False,
-    ) -> tuple[list[list[int]], None]:
-        if self.use_vllm or images is not None or has_tool_images or multimodal_fields:
-            return super()._generate_single_turn(  # type: ignore[no-untyped-call,no-any-return]
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-            )
-        model = self.accelerator.unwrap_model(self.model)
-        was_training = model.training
-        model.eval()
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
+        # the rollout function gets only the prompts; the rows (index for the tool session)
+        # travel beside them
+        self.toolrl_batch_rows = inputs
         try:
-            completions = generate(
-                model,
-                prompt_ids,
-                int(self.max_completion_length or 256),
-                set(self.eos_token_ids),
-                temperature=self.temperature,
-                top_p=self.top_p,
-            )
+            return super()._generate_and_score_completions(inputs)
         finally:
-            model.train(was_training)
-        return completions, None
+            self.toolrl_batch_rows = []
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -271,13 +248,39 @@ def _drift_callback(reward: ProjectReward) -> Any:
     return DriftGuard()
 
 
+def rollout_settings(spec: TrainingSpec) -> EpisodeSettings:
+    """The spec's rollouts: `rollout.n` sampled episodes per prompt of up to
+    `rollout.max_turns` model turns, each within `cpu.max_completion_length` tokens after
+    its prompt, tool results included (pure: tested without a model)."""
+    budget = spec.cpu.max_completion_length
+    return EpisodeSettings(
+        max_turns=spec.rollout.max_turns,
+        max_tokens=budget,
+        temperature=spec.rollout.temperature,
+        top_p=spec.rollout.top_p,
+        completion_budget=budget,
+        max_rows=spec.cpu.prompts_per_step * spec.rollout.n,
+        call_format=spec.model.call_format,
+    )
+
+
+def episode_rollouts(spec: TrainingSpec, tokenizer: Any, mcp_url: str) -> EpisodeRollouts:
+    """TRL's `rollout_func` for this spec (`rollouts.py`)."""
+    return EpisodeRollouts(
+        cpu_renderer(tokenizer, spec.model.enable_thinking),
+        mcp_url,
+        rollout_settings(spec),
+        spec.cpu.threads,
+        tool_timeout_s=spec.tools.timeout_s,
+    )
+
+
 def run_grpo(
     spec: TrainingSpec,
     start_model: Path,
     train_file: Path,
     run_dir: Path,
-    runner: McpToolRunner,
-    schemas: list[ToolSchema],
+    mcp_url: str,
     callbacks: list[Any] | None = None,
 ) -> GrpoResult:
     """GRPO from `start_model` (the SFT output), resuming from `run_dir` when it holds a
@@ -289,7 +292,7 @@ def run_grpo(
     planned = spec.cpu.grpo_steps
     resume = latest_complete_step(run_dir)
     reward_config = spec.reward.model_copy(update={"call_format": spec.model.call_format})
-    tokenizer = render_with_schemas(AutoTokenizer.from_pretrained(str(start_model)), schemas)
+    tokenizer = AutoTokenizer.from_pretrained(str(start_model))
     run_dir.mkdir(parents=True, exist_ok=True)
     reward = ProjectReward(
         tokenizer,
@@ -313,14 +316,14 @@ def run_grpo(
     drift = _drift_callback(reward)
     meter = _TokenMeter()
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*environment_factory.*")
+        warnings.filterwarnings("ignore", message=".*rollout_func.*")
         trainer = SharedPrefixGRPOTrainer(
             model=str(start_model),
             reward_funcs=[reward],  # type: ignore[list-item]
             args=args,
             train_dataset=Dataset.from_list(grpo_rows(train_file)),
             processing_class=tokenizer,
-            environment_factory=environment_class(runner, schemas),
+            rollout_func=episode_rollouts(spec, tokenizer, mcp_url),
             callbacks=[layout, drift, meter, *(callbacks or [])],
         )
     trainer.frozen_context = spec.cpu.frozen_context

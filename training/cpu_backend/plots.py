@@ -4,8 +4,9 @@ Three PNGs, written beside `cpu_report.json` and logged to the run's MLflow arti
 - `sft_loss.png`: the SFT loss per logged step;
 - `grpo_reward.png`: the reward per GRPO step, mean with the spread (one standard deviation
   across the step's rollouts) as a band;
-- `eval_before_after.png`: the quick eval's headline rates and its per-category tool
-  selection, before training, after SFT and after GRPO, as grouped bars.
+- `eval_before_after.png`: the quick eval's headline rates (`evaluation.metrics.
+  HEADLINE_METRICS`, the harness's own definitions) and its pass rate per category, before
+  training, after SFT and after GRPO, as grouped bars.
 
 matplotlib runs on its non-interactive Agg backend: no display, no fonts from the network.
 """
@@ -16,14 +17,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from training.evaluation.metrics import HEADLINE_METRICS
+
 STAGES = (("before", "base model"), ("sft", "after SFT"), ("grpo", "after GRPO"))
-RATE_LABELS = {
-    "parseable_rate": "parseable",
-    "tool_selection": "right tools",
-    "abstention_rate": "abstention",
-    "exact_arguments": "exact call",
-    "ground_truth_match": "ground truth",
-}
+
+
+def _rate(block: Mapping[str, Any], key: str) -> float:
+    """A rate of a metric block; a rate with no cases behind it (null) is drawn as 0."""
+    value = block.get(key)
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def _pyplot() -> Any:
@@ -87,22 +89,23 @@ def before_after(evals: Mapping[str, Mapping[str, Any]], out: Path) -> Path | No
     width = 0.8 / len(present)
     colours = ("#8c959f", "#1f6feb", "#2da44e")
     for index, (key, label) in enumerate(present):
-        values = [float(evals[key].get(rate, 0.0)) for rate in RATE_LABELS]
+        values = [_rate(evals[key], rate) for rate, _ in HEADLINE_METRICS]
         positions = [i + (index - (len(present) - 1) / 2) * width for i in range(len(values))]
         left.bar(positions, values, width, label=label, color=colours[index % 3])
         by_category = evals[key].get("by_category") or {}
-        scores = [float((by_category.get(c) or {}).get("success", 0.0)) for c in categories]
+        scores = [_rate(by_category.get(c) or {}, "pass_rate") for c in categories]
         places = [i + (index - (len(present) - 1) / 2) * width for i in range(len(categories))]
         right.bar(places, scores, width, color=colours[index % 3])
     rows = next((int(evals[key].get("rows", 0)) for key, _ in present), 0)
-    left.set_xticks(range(len(RATE_LABELS)), list(RATE_LABELS.values()), fontsize=8)
+    labels = [label for _, label in HEADLINE_METRICS]
+    left.set_xticks(range(len(labels)), labels, fontsize=8)
     left.set_ylim(0, 1)
     left.set_ylabel("rate")
     left.set_title(f"held-out quick eval ({rows} rows)")
     left.legend(fontsize=8)
     right.set_xticks(range(len(categories)), categories, fontsize=8, rotation=20)
     right.set_ylim(0, 1)
-    right.set_title("success per category")
+    right.set_title("pass rate per category")
     for axis in (left, right):
         axis.grid(axis="y", alpha=0.3)
     figure.tight_layout()

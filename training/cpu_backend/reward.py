@@ -49,6 +49,22 @@ def _ground_truth(reward_model: object) -> object:
     return reward_model
 
 
+def score_completions(
+    tokenizer: Any,
+    completion_ids: Sequence[Sequence[int]],
+    truths: Sequence[object],
+    config: RewardConfig,
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Each rollout's verl `solution_str` and its `compute_score` result (score plus
+    components): the one place a CPU rollout is rewarded, by GRPO and the quick eval."""
+    solutions = [solution_str(tokenizer, ids) for ids in completion_ids]
+    scores = [
+        compute_score("toolrl/synthetic", text, _ground_truth(truth), None, reward_config=config)
+        for text, truth in zip(solutions, truths, strict=True)
+    ]
+    return solutions, scores
+
+
 @dataclass
 class ProjectReward:
     """A TRL reward function: `(prompts, completions, completion_ids, reward_model, ...)`
@@ -82,13 +98,7 @@ class ProjectReward:
         **kwargs: Any,
     ) -> list[float]:
         truths = list(reward_model or [None] * len(completion_ids))
-        solutions = [solution_str(self.tokenizer, ids) for ids in completion_ids]
-        scores = [
-            compute_score(
-                "toolrl/synthetic", text, _ground_truth(truth), None, reward_config=self.config
-            )
-            for text, truth in zip(solutions, truths, strict=True)
-        ]
+        solutions, scores = score_completions(self.tokenizer, completion_ids, truths, self.config)
         drift = format_drift(solutions, self.config.call_format)
         self.malformed_history.append(drift.malformed_rate)
         components: dict[str, float] = {}

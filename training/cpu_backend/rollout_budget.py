@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from serving.renderer import ChatRenderer
 from training.cpu_backend.sft import trajectory
 
 
@@ -59,29 +60,25 @@ class RolloutBudget:
         }
 
 
-def reference_completion_tokens(tokenizer: Any, row: Mapping[Any, Any]) -> int:
+def reference_completion_tokens(renderer: ChatRenderer, row: Mapping[Any, Any]) -> int:
     """Tokens after the generation prompt in the row's reference rollout, rendered by the
-    model's own chat template (tool responses included, as TRL counts them)."""
+    one prompt renderer (tool responses included, as the rollout budget counts them)."""
     messages = trajectory(row)
     prompt_turns = len(row["prompt"])
-    full = tokenizer.apply_chat_template(messages, tokenize=False)
-    prompt = tokenizer.apply_chat_template(
-        messages[:prompt_turns], tokenize=False, add_generation_prompt=True
-    )
-    if not str(full).startswith(str(prompt)):
+    full = renderer.text(messages, add_generation_prompt=False)
+    prompt = renderer.text(messages[:prompt_turns])
+    if not full.startswith(prompt):
         # a template that renders the prompt differently once answers follow: count the
         # difference in length, which is what the rollout adds either way
-        return max(0, _token_count(tokenizer, full) - _token_count(tokenizer, prompt))
-    return _token_count(tokenizer, str(full)[len(str(prompt)) :])
+        return max(0, len(renderer.encode(full)) - len(renderer.encode(prompt)))
+    return len(renderer.encode(full[len(prompt) :]))
 
 
-def _token_count(tokenizer: Any, text: str) -> int:
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def measure_budget(tokenizer: Any, rows: Sequence[Mapping[Any, Any]], limit: int) -> RolloutBudget:
+def measure_budget(
+    renderer: ChatRenderer, rows: Sequence[Mapping[Any, Any]], limit: int
+) -> RolloutBudget:
     lengths: list[tuple[str, int]] = [
-        (str(row.get("category") or "unknown"), reference_completion_tokens(tokenizer, row))
+        (str(row.get("category") or "unknown"), reference_completion_tokens(renderer, row))
         for row in rows
     ]
     by_category: dict[str, tuple[int, int]] = {}

@@ -25,16 +25,17 @@ import pandas as pd
 
 from serving.toolcalls import using_registry
 from training.cpu_backend.compute_dtype import pinned_choice
+from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer, list_tools
 from training.cpu_backend.export import export_model
 from training.cpu_backend.grpo import ROLLOUTS_FILE, run_grpo
-from training.cpu_backend.metrics import HEADLINE_RATES, EvalResult, evaluate
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
+from training.cpu_backend.quick_eval import evaluate
 from training.cpu_backend.rollout_budget import RolloutBudget, check_budget, measure_budget
-from training.cpu_backend.sft import run_sft
-from training.cpu_backend.tools import McpToolRunner, ToolSchema
+from training.cpu_backend.sft import ToolSchema, run_sft
 from training.cpu_backend.tracking import LogCallback, Tracker
 from training.data.packs.truth import dataset_registry
+from training.evaluation.metrics import HEADLINE_METRICS
 from training.spec.model import TrainingSpec
 from training.spec.resolve import resolve_model, resolve_paths
 
@@ -103,8 +104,7 @@ def quick_eval(
     spec: TrainingSpec,
     model_dir: Path,
     rows: list[dict[str, Any]],
-    schemas: list[ToolSchema],
-    runner: McpToolRunner,
+    mcp_url: str,
     cache_file: Path,
 ) -> dict[str, Any]:
     """The quick eval of one stage, cached in `cache_file` (a resumed run reuses it)."""
@@ -118,19 +118,21 @@ def quick_eval(
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype(spec.cpu.dtype))
     reward_config = spec.reward.model_copy(update={"call_format": spec.model.call_format})
-    result: EvalResult = evaluate(
-        model,
-        tokenizer,
-        rows,
-        schemas,
-        lambda name, args, session: runner.call(name, args, session),
-        reward_config,
+    settings = EpisodeSettings(
         max_turns=spec.rollout.max_turns,
-        max_new_tokens=spec.cpu.eval_max_new_tokens,
-        batch_size=spec.cpu.eval_batch_size,
-        enable_thinking=spec.model.enable_thinking,
+        max_tokens=spec.cpu.eval_max_new_tokens,
+        max_rows=spec.cpu.eval_batch_size,
+        call_format=spec.model.call_format,
     )
-    payload = asdict(result)
+    payload = evaluate(
+        model,
+        cpu_renderer(tokenizer, spec.model.enable_thinking),
+        rows,
+        mcp_url,
+        settings,
+        reward_config,
+        spec.cpu.threads,
+    )
     _write_json(cache_file, payload)
     return payload
 
@@ -186,8 +188,12 @@ def _dataset_version(spec: TrainingSpec) -> str | None:
 
 
 def _eval_metrics(stage: str, payload: dict[str, Any]) -> dict[str, float]:
-    keys = (*HEADLINE_RATES, "malformed_rate", "mean_reward", "seconds")
-    return {f"eval/{stage}/{k}": float(payload[k]) for k in keys if k in payload}
+    keys = (*(key for key, _ in HEADLINE_METRICS), "malformed_call_rate", "mean_reward", "seconds")
+    return {
+        f"eval/{stage}/{k}": float(payload[k])
+        for k in keys
+        if isinstance(payload.get(k), int | float)
+    }
 
 
 def rollout_budget(spec: TrainingSpec, model_dir: Path, train_file: Path) -> RolloutBudget:
@@ -196,9 +202,10 @@ def rollout_budget(spec: TrainingSpec, model_dir: Path, train_file: Path) -> Rol
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    renderer = cpu_renderer(tokenizer, spec.model.enable_thinking)
     columns = ["prompt", "reward_model", "language", "category"]
     rows = pd.read_parquet(train_file, columns=columns).to_dict("records")
-    budget = measure_budget(tokenizer, rows, spec.cpu.max_completion_length)
+    budget = measure_budget(renderer, rows, spec.cpu.max_completion_length)
     logger.info(
         "rollout budget: %d of %d train rows fit in %d tokens (longest reference %d)",
         budget.rows - budget.truncated,
@@ -235,40 +242,26 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         # a pack dataset's calls are judged by its tool snapshot (parser, reward, quick eval)
         stack.enter_context(using_registry(dataset_registry(train_file)))
         url, tool_usage = stack.enter_context(served_tools(spec))
-        runner = McpToolRunner(url, spec.tools.timeout_s)
-        stack.callback(runner.close)
         tracker = stack.enter_context(Tracker(spec))
-        schemas = runner.list_tools()
+        schemas: list[ToolSchema] = list_tools(url, timeout_s=spec.tools.timeout_s)
         rows = eval_rows(spec)
 
         evals: dict[str, dict[str, Any]] = {}
-        evals["before"] = quick_eval(
-            spec, base, rows, schemas, runner, run_dir / "eval_before.json"
-        )
+        evals["before"] = quick_eval(spec, base, rows, url, run_dir / "eval_before.json")
         resident: dict[str, float] = {}
         peaks: dict[str, float] = {"before": release_memory(resident, "before")}
         sft = run_sft(spec, base, train_file, run_dir, schemas, [LogCallback(tracker, "train/sft")])
         timings["sft_s"] = sft.seconds
         peaks["sft"] = release_memory(resident, "sft")
         if sft.model_dir != base:  # no SFT ran (continuing from a champion): nothing new
-            evals["sft"] = quick_eval(
-                spec, sft.model_dir, rows, schemas, runner, run_dir / "eval_sft.json"
-            )
+            evals["sft"] = quick_eval(spec, sft.model_dir, rows, url, run_dir / "eval_sft.json")
             release_memory(resident, "eval_sft")
         grpo = run_grpo(
-            spec,
-            sft.model_dir,
-            train_file,
-            run_dir,
-            runner,
-            schemas,
-            [LogCallback(tracker, "train")],
+            spec, sft.model_dir, train_file, run_dir, url, [LogCallback(tracker, "train")]
         )
         timings["grpo_s"] = grpo.seconds
         peaks["grpo"] = release_memory(resident, "grpo")
-        evals["grpo"] = quick_eval(
-            spec, grpo.model_dir, rows, schemas, runner, run_dir / "eval_grpo.json"
-        )
+        evals["grpo"] = quick_eval(spec, grpo.model_dir, rows, url, run_dir / "eval_grpo.json")
         timings["eval_s"] = sum(float(e.get("seconds", 0.0)) for e in evals.values())
         model_dir = export_model(grpo.model_dir, workdir / "model")
 

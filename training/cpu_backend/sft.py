@@ -26,18 +26,21 @@ from typing import Any
 import pandas as pd
 from trl.trainer.sft_trainer import SFTTrainer
 
+from serving.renderer import ChatRenderer
 from training.cpu_backend.checkpoints import (
     LayoutCallback,
     actor_path,
     latest_complete_step,
 )
+from training.cpu_backend.episodes import cpu_renderer
 from training.cpu_backend.packed_loss import CallBoundary, frozen_context_sft_loss
 from training.cpu_backend.precision import PrecisionMixin, torch_dtype
 from training.cpu_backend.prefix import causal_lm_loss
-from training.cpu_backend.tools import ToolSchema
 from training.data.schema import Category, GroundTruth
 from training.spec.model import TrainingSpec
 
+ToolSchema = dict[str, Any]
+"""A tool in OpenAI function form (`serving.renderer.openai_function`)."""
 FINAL_DIR = "final"
 CALL_CLOSE = "</tool_call>"
 
@@ -136,42 +139,32 @@ def sft_rows(
 
 
 def tokenize_rows(
-    tokenizer: Any,
+    renderer: ChatRenderer,
     trajectories: list[list[dict[str, Any]]],
     schemas: list[ToolSchema],
-    enable_thinking: bool,
     max_length: int,
     short_rows: int = 0,
 ) -> tuple[list[dict[str, list[int]]], int]:
-    """Token ids and labels (-100 outside assistant turns) with TRL's training variant of
-    the chat template, and how many rows were dropped for being longer than `max_length`.
+    """Token ids and labels (-100 outside assistant turns) from the one prompt renderer
+    (`serving/renderer.py`, the same rendering the rollouts and the served model see), and
+    how many rows were dropped for being longer than `max_length`.
 
     The first `short_rows` rows are rendered without the tool block (the SFT curriculum,
     `cpu.sft_short_steps`). Tokenized here rather than by the trainer because a `datasets`
     table would unify every row's tool-call `arguments` into one struct with every key of
     every tool (missing keys as null), and the template would render those nulls.
     """
-    from trl.chat_template_utils import get_training_chat_template
-
-    template = get_training_chat_template(tokenizer) or tokenizer.chat_template
     rows: list[dict[str, list[int]]] = []
     dropped = 0
     for number, messages in enumerate(trajectories):
-        out = tokenizer.apply_chat_template(
-            messages,
-            tools=schemas if number >= short_rows else None,
-            chat_template=template,
-            tokenize=True,
-            return_dict=True,
-            return_assistant_tokens_mask=True,
-            enable_thinking=enable_thinking,
-        )
-        ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
-        if len(ids) > max_length:
+        example = renderer.training_example(messages, schemas if number >= short_rows else None)
+        if len(example.input_ids) > max_length:
             dropped += 1
             continue
-        labels = [t if m else -100 for t, m in zip(ids, mask, strict=True)]
-        rows.append({"input_ids": ids, "labels": labels})
+        labels = [
+            t if m else -100 for t, m in zip(example.input_ids, example.assistant_mask, strict=True)
+        ]
+        rows.append({"input_ids": example.input_ids, "labels": labels})
     return rows, dropped
 
 
@@ -301,10 +294,9 @@ def run_sft(
     weights = {str(category): weight for category, weight in cpu.sft_category_weights.items()}
     trajectories = sft_rows(frame, cpu.sft_steps, cpu.sft_batch_size, cpu.seed, weights)
     rows, dropped = tokenize_rows(
-        tokenizer,
+        cpu_renderer(tokenizer, spec.model.enable_thinking),
         trajectories,
         schemas,
-        spec.model.enable_thinking,
         cpu.sft_max_length,
         short_rows=min(cpu.sft_short_steps, cpu.sft_steps) * cpu.sft_batch_size,
     )

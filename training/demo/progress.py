@@ -32,7 +32,7 @@ def _eval_line(path: Path, label: str) -> str:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         parseable = float(data["parseable_rate"])
-        selection = float(data["tool_selection"])
+        selection = float(data["tool_selection_accuracy"])
     except (OSError, ValueError, KeyError, TypeError):
         return f"quick eval {label}: done ({path.name})"
     return f"quick eval {label}: parseable {parseable:.0%}, right tool {selection:.0%}"

@@ -15,14 +15,7 @@ from typing import Any
 
 from rich.table import Table
 
-#: (label, quick-eval key, eval-report key under metrics.overall)
-ROWS = (
-    ("parseable calls", "parseable_rate", "parseable_rate"),
-    ("right tools", "tool_selection", "tool_selection_accuracy"),
-    ("exact calls", "exact_arguments", "exact_call_accuracy"),
-    ("abstention", "abstention_rate", "abstention_rate"),
-    ("ground truth / pass", "ground_truth_match", "pass_rate"),
-)
+from training.evaluation.metrics import HEADLINE_METRICS
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -62,7 +55,8 @@ def _percent(value: Any) -> str:
 
 def before_after_table(run_dir: Path) -> Table | None:
     """Quick evals of the training job (base, after SFT, after GRPO) beside the DAG's
-    evaluation of the candidate and the champion it was compared with."""
+    evaluation of the candidate and the champion it was compared with. Every column is a
+    `metrics.summarise` block of the same definitions, so a row is one measure."""
     report = _read(job_dir(run_dir) / "cpu_report.json") or {}
     evals = report.get("evals") or {}
     candidate = _read(run_dir / "eval" / "candidate.json") or {}
@@ -71,26 +65,20 @@ def before_after_table(run_dir: Path) -> Table | None:
         return None
     table = Table(title="held-out templates: before and after", title_justify="left")
     table.add_column("metric")
-    columns: list[tuple[str, dict[str, Any], int]] = []
+    columns: list[tuple[str, dict[str, Any]]] = []
     start = str((_read(run_dir / "start.json") or {}).get("start") or "base")
     first = "base" if start == "base" else start  # a continued run starts from the champion
     for key, label in (("before", first), ("sft", "after SFT"), ("grpo", "after GRPO")):
         if evals.get(key):
-            columns.append((f"{label} (quick, {evals[key].get('rows', '?')})", evals[key], 1))
+            columns.append((f"{label} (quick, {evals[key].get('cases', '?')})", evals[key]))
     for name, payload in (("candidate", candidate), ("champion", champion)):
         overall = (payload.get("metrics") or {}).get("overall") or {}
         if overall:
-            columns.append((f"{name} (eval, {overall.get('cases', '?')})", overall, 2))
-    for title, _, _ in columns:
+            columns.append((f"{name} (eval, {overall.get('cases', '?')})", overall))
+    for title, _ in columns:
         table.add_column(title, justify="right")
-    for label, quick_key, eval_key in ROWS:
-        table.add_row(
-            label,
-            *(
-                _percent(data.get(quick_key if kind == 1 else eval_key))
-                for _, data, kind in columns
-            ),
-        )
+    for key, label in HEADLINE_METRICS:
+        table.add_row(label, *(_percent(data.get(key)) for _, data in columns))
     return table
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,8 @@ def _messages(prompt: Any) -> list[dict[str, Any]]:
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
-def _case(index: int, row: dict[str, Any]) -> EvalCase:
+def case_from_row(index: int, row: Mapping[str, Any]) -> EvalCase:
+    """One dataset row as a case; ValueError (or a pydantic error) when it cannot be."""
     reward = row.get("reward_model") or {}
     text = reward.get("ground_truth") if isinstance(reward, dict) else None
     if not isinstance(text, str):
@@ -113,7 +115,7 @@ def load_cases(path: Path, limit: int | None = None) -> CaseSet:
     seen: set[str] = set()
     for index, row in enumerate(rows.to_pylist()):
         try:
-            case = _case(index, row)
+            case = case_from_row(index, row)
         except (ValidationError, ValueError, TypeError, AttributeError) as exc:
             skipped.append(f"row {index}: {str(exc).splitlines()[0][:200]}")
             continue

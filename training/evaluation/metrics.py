@@ -3,10 +3,11 @@
 Definitions (denominators in brackets; a metric whose denominator is empty is `null`):
 
 - tool_call_rate: cases with at least one call attempt [all cases]
-- tool_selection_accuracy: the set of called tools equals the expected set [calling cases]
+- tool_selection_accuracy: the called tools, as a multiset, equal the expected ones
+  [calling cases]
 - argument_accuracy: expected calls matched by name AND schema-typed arguments, order-free
   within a turn [expected calls]; exact_call_accuracy: every expected call matched and no
-  other distinct valid call [calling cases]
+  other call attempt [calling cases] (`scoring.py` says why both are this strict)
 - answer_accuracy: every ground-truth value found in the final answer [calling cases with
   answers]; answer_share_mean: mean share found
 - irrelevance_accuracy: no call and an answer [irrelevance cases]; clarification_accuracy:
@@ -27,6 +28,18 @@ from typing import Any
 
 from training.evaluation.scoring import CaseResult
 
+HEADLINE_METRICS: tuple[tuple[str, str], ...] = (
+    ("parseable_rate", "parseable calls"),
+    ("tool_selection_accuracy", "right tools"),
+    ("exact_call_accuracy", "exact calls"),
+    ("abstention_rate", "abstention"),
+    ("answer_accuracy", "answer"),
+    ("pass_rate", "pass"),
+)
+"""The rates a model is judged by, in the order every table and plot lists them (key,
+label). Every consumer (the harness report, the quick eval, the demo's table, the plots,
+the benchmarks) reads these keys from a `summarise` block."""
+
 
 def _rate(numerator: int, denominator: int) -> float | None:
     return round(numerator / denominator, 6) if denominator else None
@@ -41,8 +54,28 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return round(ordered[rank - 1], 6)
 
 
+def headline_counts(results: Sequence[CaseResult]) -> dict[str, tuple[int, int]]:
+    """(hits, cases) behind each headline rate: the one place they are counted, so a
+    report's rate and a benchmark's interval around it come from the same numbers."""
+    calling = [r for r in results if r.selection_ok is not None]
+    with_answers = [r for r in calling if r.answer_ok is not None]
+    no_call = [r for r in results if r.category in ("irrelevance", "clarification")]
+    return {
+        "parseable_rate": (
+            sum(r.call_attempts > 0 and r.malformed_calls == 0 for r in calling),
+            len(calling),
+        ),
+        "tool_selection_accuracy": (sum(bool(r.selection_ok) for r in calling), len(calling)),
+        "exact_call_accuracy": (sum(bool(r.exact_calls) for r in calling), len(calling)),
+        "abstention_rate": (sum(bool(r.no_call_ok) for r in no_call), len(no_call)),
+        "answer_accuracy": (sum(bool(r.answer_ok) for r in with_answers), len(with_answers)),
+        "pass_rate": (sum(r.passed for r in results), len(results)),
+    }
+
+
 def summarise(results: Sequence[CaseResult]) -> dict[str, Any]:
     """The metric block of one group of cases."""
+    counts = headline_counts(results)
     calling = [r for r in results if r.selection_ok is not None]
     with_answers = [r for r in calling if r.answer_ok is not None]
     irrelevance = [r for r in results if r.category == "irrelevance"]
@@ -58,13 +91,11 @@ def summarise(results: Sequence[CaseResult]) -> dict[str, Any]:
     return {
         "cases": n,
         "tool_call_rate": _rate(sum(r.call_attempts > 0 for r in results), n),
-        "parseable_rate": _rate(
-            sum(r.call_attempts > 0 and r.malformed_calls == 0 for r in calling), len(calling)
-        ),
-        "tool_selection_accuracy": _rate(sum(bool(r.selection_ok) for r in calling), len(calling)),
+        "parseable_rate": _rate(*counts["parseable_rate"]),
+        "tool_selection_accuracy": _rate(*counts["tool_selection_accuracy"]),
         "argument_accuracy": _rate(sum(expected_calls), len(expected_calls)),
-        "exact_call_accuracy": _rate(sum(bool(r.exact_calls) for r in calling), len(calling)),
-        "answer_accuracy": _rate(sum(bool(r.answer_ok) for r in with_answers), len(with_answers)),
+        "exact_call_accuracy": _rate(*counts["exact_call_accuracy"]),
+        "answer_accuracy": _rate(*counts["answer_accuracy"]),
         "answer_share_mean": (
             round(sum(r.answer_share or 0.0 for r in with_answers) / len(with_answers), 6)
             if with_answers
@@ -76,13 +107,10 @@ def summarise(results: Sequence[CaseResult]) -> dict[str, Any]:
         "clarification_accuracy": _rate(
             sum(bool(r.no_call_ok) for r in clarification), len(clarification)
         ),
-        "abstention_rate": _rate(
-            sum(bool(r.no_call_ok) for r in (*irrelevance, *clarification)),
-            len(irrelevance) + len(clarification),
-        ),
+        "abstention_rate": _rate(*counts["abstention_rate"]),
         "malformed_call_rate": _rate(sum(r.malformed_calls for r in results), attempts),
         "malformed_by_kind": dict(sorted(kinds.items())),
-        "pass_rate": _rate(sum(r.passed for r in results), n),
+        "pass_rate": _rate(*counts["pass_rate"]),
         "error_rate": _rate(sum(r.error is not None for r in results), n),
         "fallback_turn_rate": _rate(
             sum(r.fallback_turns for r in results), sum(r.turns for r in results)

@@ -1,5 +1,16 @@
 """Score one trajectory against its ground truth: the per-case facts every metric sums.
 
+This is the one definition of what a case got right. The evaluation harness, the CPU
+backend's quick eval, the demo's table and the benchmarks all score trajectories of the one
+agent loop here and aggregate them with `metrics.summarise`, so "right tool" means the same
+thing in every table:
+
+- selection: the called tools, as a multiset, equal the expected ones: the right tools,
+  each as often as the task needs (a second call a one-call question did not ask for, or
+  one parallel call where two were needed, is a wrong selection);
+- exact call: every expected call matched by name and schema-typed arguments, and no
+  other call attempt at all (a repeated call, an extra call or a malformed one fails it).
+
 Matching reuses the reward's rules (`training.rewards.matching`): arguments compared
 schema-typed after the catalog's validator fills defaults, parallel calls order-free,
 free-text arguments only required to be present, numbers in answers matched approximately.
@@ -131,8 +142,9 @@ def score_case(
             remaining[key] -= hit
             matched.append((name, hit))
         result.expected_matched = matched
-        result.selection_ok = set(called) == set(expected_names)
-        result.exact_calls = all(hit for _, hit in matched) and len(set(keys)) == len(set(expected))
+        result.selection_ok = Counter(called) == Counter(expected_names)
+        attempts = len(trajectory.calls)
+        result.exact_calls = all(hit for _, hit in matched) and attempts == len(expected)
     else:
         no_call = not trajectory.calls
         if category == "clarification":

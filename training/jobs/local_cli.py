@@ -1,8 +1,9 @@
 """`toolrl train local`: the CPU training stage from a shell (no Ray, no GPU).
 
-It goes through the same job driver a Ray job runs (`training.jobs.entry.run` with the
-`cpu` backend), so the checkpoint restore, the planned-step check and `result.json` are
-exactly those of a submitted job. Only typer is imported at load time.
+It lives beside the job driver because it is one: it goes through the same driver a Ray
+job runs (`training.jobs.entry.run` with the `cpu` backend), so the checkpoint restore,
+the planned-step check and `result.json` are exactly those of a submitted job. Only typer is
+imported at load time.
 """
 
 from __future__ import annotations
