@@ -181,10 +181,9 @@ class EngineBackend:
         if self.completion_budget is not None:
             left = self.completion_budget - context.completion_tokens - len(added)
             limit = min(limit, left)
+        if limit <= 0:  # the results (or the budget) leave no room for a turn: cut here
+            return Turn(content="", source="engine", finish="length")
         turn = Turn(content="", source="engine", context_ids=added)
-        if limit <= 0:
-            turn.finish = "length"
-            return turn
         sampling = Sampling(
             max_new_tokens=limit,
             temperature=float(overrides.get("temperature", self.temperature)),

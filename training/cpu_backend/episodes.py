@@ -80,13 +80,18 @@ def engine_backend(
     model: Any, renderer: ChatRenderer, settings: EpisodeSettings, threads: int
 ) -> Iterator[EngineBackend]:
     """An `EngineBackend` over `model` for the duration of the block (the worker thread
-    stops at the end; the model is back in its previous train/eval mode)."""
+    stops at the end; the model is back in its previous train/eval mode). `model` may also
+    be a ready worker (anything with `generate_async` and `close`), which is used as is."""
     from serving.engine.engine import Engine
     from serving.engine.worker import EngineWorker
 
-    was_training = model.training
-    model.eval()
-    worker = EngineWorker(Engine(model, max_rows=settings.max_rows), threads)
+    is_worker = hasattr(model, "generate_async")
+    was_training = bool(getattr(model, "training", False))
+    if not is_worker:
+        model.eval()
+    worker = (
+        model if is_worker else EngineWorker(Engine(model, max_rows=settings.max_rows), threads)
+    )
     try:
         yield EngineBackend(
             worker,
@@ -99,7 +104,8 @@ def engine_backend(
         )
     finally:
         worker.close()
-        model.train(was_training)
+        if not is_worker:
+            model.train(was_training)
 
 
 async def _run_all(
