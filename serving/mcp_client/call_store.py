@@ -91,6 +91,11 @@ class CallStore:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        # No fsync per commit: calls are recorded one at a time as they are answered (1,400
+        # commits for a 2,000-row dataset: half its generation time with fsync). In WAL mode
+        # the file stays consistent and survives a crash of the process; only a power loss
+        # may drop the last commits, which a recording can afford.
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(SCHEMA)
 
     def close(self) -> None:

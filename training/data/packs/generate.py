@@ -17,6 +17,7 @@ import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -550,8 +551,10 @@ def generate_from_sources(
     )
 
 
+@cache
 def load_builtin_pack() -> LoadedPack:
-    """The `toolrl` pack (`builtin/toolrl.yaml`): the project's 11 tools."""
+    """The `toolrl` pack (`builtin/toolrl.yaml`): the project's 11 tools; read once per
+    process (a shipped file; not to be changed in place: `with_chinese_fraction` copies)."""
     return load_pack(resolve_pack(BUILTIN_PACK))
 
 
