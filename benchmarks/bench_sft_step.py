@@ -34,13 +34,11 @@ def batch(tokenizer: Any, rows: int, template: str | None) -> dict[str, torch.Te
 
     from serving.tools import get_catalog
     from training.cpu_backend.sft import trajectory
-    from training.data.config import GenerationConfig
-    from training.data.generate import generate_dataset
+    from training.data.packs.generate import generate_builtin_dataset
 
     with tempfile.TemporaryDirectory(prefix="bench-sft-") as scratch:  # nothing left in /tmp
         folder = Path(scratch)
-        config = GenerationConfig(n=200, seed=0, chinese_fraction=0.0)
-        generate_dataset(config, folder, progress=False)
+        generate_builtin_dataset(folder, n=200, seed=0, chinese_fraction=0.0, progress=False)
         frame = pd.read_parquet(folder / "train.parquet").sample(rows, random_state=0)
     encoded = []
     for row in frame.to_dict("records"):
