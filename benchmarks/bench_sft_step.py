@@ -32,6 +32,7 @@ RESULTS = Path(__file__).parent / "results" / "sft_step.json"
 def batch(tokenizer: Any, rows: int, template: str | None) -> dict[str, torch.Tensor]:
     import pandas as pd
 
+    from serving.renderer import ChatRenderer
     from serving.tools import get_catalog
     from training.cpu_backend.sft import trajectory
     from training.data.packs.generate import generate_builtin_dataset
@@ -40,17 +41,12 @@ def batch(tokenizer: Any, rows: int, template: str | None) -> dict[str, torch.Te
         folder = Path(scratch)
         generate_builtin_dataset(folder, n=200, seed=0, chinese_fraction=0.0, progress=False)
         frame = pd.read_parquet(folder / "train.parquet").sample(rows, random_state=0)
+    renderer = ChatRenderer(tokenizer, {"enable_thinking": False}, template)
+    schemas = get_catalog().openai_schemas()
     encoded = []
     for row in frame.to_dict("records"):
-        out = tokenizer.apply_chat_template(
-            trajectory(row),
-            tools=get_catalog().openai_schemas(),
-            chat_template=template,
-            tokenize=True,
-            return_dict=True,
-            return_assistant_tokens_mask=True,
-        )
-        encoded.append((out["input_ids"], out["assistant_masks"]))
+        example = renderer.training_example(trajectory(row), schemas)
+        encoded.append((example.input_ids, example.assistant_mask))
     width = max(len(ids) for ids, _ in encoded)
     ids = torch.zeros((rows, width), dtype=torch.long)
     mask, labels = torch.zeros_like(ids), torch.full_like(ids, -100)

@@ -59,11 +59,11 @@ def mean_and_interval(values: Sequence[float]) -> dict[str, Any]:
 
 def first_turn(tokenizer: Any, record: dict[str, Any], tools: list[dict[str, Any]]) -> list[int]:
     """The row's prompt and its reference first assistant turn, as token ids."""
+    from serving.renderer import ChatRenderer
     from training.cpu_backend.sft import trajectory
 
     messages = trajectory(record)[: len(record["prompt"]) + 1]
-    rendered = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True)
-    return list(rendered["input_ids"])
+    return ChatRenderer(tokenizer).ids(messages, tools, add_generation_prompt=False)
 
 
 def choice_prefix(tokenizer: Any, ids: list[int]) -> list[int]:

@@ -36,6 +36,7 @@ from serving.agent.types import (
     Turn,
 )
 from serving.renderer import openai_tools
+from serving.runtime.retry import retry_async
 from serving.toolcalls import parse_tool_calls
 
 #: Parser error kinds after which a call is not executed (its structure is broken, so what
@@ -107,16 +108,16 @@ class Agent:
             return self._schemas
 
     async def _retry(self, fn: Any, what: str, *args: Any) -> Any:
-        problem = ""
-        for attempt in range(self.config.tool_attempts):
-            if attempt:
-                await asyncio.sleep(self.config.tool_backoff_s * 2 ** (attempt - 1))
-            try:
-                return await fn(*args)
-            except Exception as exc:  # any client's transport error; reported below
-                problem = f"{type(exc).__name__}: {str(exc)[:200]}"
-        tries = self.config.tool_attempts
-        raise TransportError(f"MCP {what} failed after {tries} tries: {problem}")
+        """Any client's transport error is retried (tool errors come back as results),
+        then reported as a `TransportError` that ends the episode."""
+        return await retry_async(
+            fn,
+            *args,
+            attempts=self.config.tool_attempts,
+            first_backoff_s=self.config.tool_backoff_s,
+            what=f"MCP {what}",
+            error=TransportError,
+        )
 
     def _parse_raw(self, turn: Turn) -> None:
         text = turn.content
