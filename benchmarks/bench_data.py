@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.data.config import GenerationConfig, ValidationConfig
-from training.data.generate import generate_dataset
+from training.data.config import ValidationConfig
+from training.data.packs.generate import generate_builtin_dataset
 from training.data.validate import validate_dataset
 
 RESULTS = Path(__file__).parent / "results" / "data.json"
@@ -31,7 +31,7 @@ def peak_rss_mib() -> float:
 def run(n: int, workdir: Path) -> dict[str, Any]:
     out = workdir / f"ds-{n}"
     started = time.perf_counter()
-    manifest = generate_dataset(GenerationConfig(n=n, seed=0), out, progress=False)
+    manifest = generate_builtin_dataset(out, n=n, seed=0, progress=False).manifest
     generated = time.perf_counter()
     report = validate_dataset(out, ValidationConfig())
     validated = time.perf_counter()

@@ -27,8 +27,7 @@ from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import start
 from serving.runtime.ports import free_port
 from serving.runtime.processes import start_process_group, stop_process_group
-from training.data.config import GenerationConfig
-from training.data.generate import build_manifest, generate_rows, write_dataset
+from training.data.packs.generate import generate_builtin_dataset
 from training.evaluation.runner import EvalConfig, evaluate
 
 CASES = 2_000
@@ -36,9 +35,7 @@ ROOT = Path(__file__).resolve().parent
 
 
 def make_data(out: Path) -> Path:
-    config = GenerationConfig(n=3_000, seed=7)
-    rows = generate_rows(config, progress=False)
-    write_dataset(rows, build_manifest(rows, config), out)
+    generate_builtin_dataset(out, n=3_000, seed=7, progress=False)
     frame = pd.read_parquet(out / "test.parquet")
     tiled = pd.concat([frame] * (CASES // len(frame) + 1), ignore_index=True).head(CASES)
     infos = [{**info, "index": i} for i, info in enumerate(tiled["extra_info"])]

@@ -213,13 +213,13 @@ def test_validation_page_of_an_old_report_without_structured_fields_still_render
 def validated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One good and one hostile dataset version, validated by the real pipeline code."""
     pytest.importorskip("great_expectations")
-    from training.data.config import GenerationConfig, ValidationConfig
-    from training.data.generate import generate_dataset
+    from training.data.config import ValidationConfig
+    from training.data.packs.generate import generate_builtin_dataset
     from training.data.validate import validate_dataset
 
     root = tmp_path_factory.mktemp("offline")
     good = root / "good"
-    generate_dataset(GenerationConfig(n=600, seed=11), good, progress=False)
+    generate_builtin_dataset(good, n=600, seed=11, progress=False)
     bad = root / "bad"
     shutil.copytree(good, bad)
     train = pd.read_parquet(bad / "train.parquet")

@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 
 from testkit.benchmark_scripts import load_benchmark
-from training.data.config import GenerationConfig
-from training.data.generate import generate_dataset
+from training.data.packs.generate import generate_builtin_dataset
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +23,7 @@ def diag() -> ModuleType:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("data")
-    generate_dataset(GenerationConfig(n=300, seed=0), out, progress=False)
+    generate_builtin_dataset(out, n=300, seed=0, progress=False)
     return out
 
 
@@ -46,7 +45,7 @@ def test_the_prefix_stops_where_the_turn_chooses(diag: ModuleType, data: Path, t
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny))
-    tools = diag.openai_tools(data)  # the built-in data has no tools.json: the catalog
+    tools = diag.openai_tools(data)  # a built-in dataset is judged by the catalog: its tools
     assert {tool["function"]["name"] for tool in tools} >= {"get_exchange_rate"}
     after = {}
     for category in ("parallel", "single"):

@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 
 from testkit.benchmark_scripts import load_benchmark
-from training.data.config import GenerationConfig
-from training.data.generate import generate_dataset
+from training.data.packs.generate import generate_builtin_dataset
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +19,7 @@ def diag() -> ModuleType:
 
 
 def test_new_rows_share_templates_but_no_query_with_train(diag: ModuleType, tmp_path: Path) -> None:
-    generate_dataset(GenerationConfig(n=400, seed=0), tmp_path, progress=False)
+    generate_builtin_dataset(tmp_path, n=400, seed=0, progress=False)
     train = pd.read_parquet(tmp_path / "train.parquet")
     test = pd.read_parquet(tmp_path / "test.parquet")
     assert not set(train["template_id"]) & set(test["template_id"])  # the split is by template

@@ -6,15 +6,14 @@ from typing import Any
 
 import pytest
 
-from training.data.config import GenerationConfig
-from training.data.generate import generate_dataset
+from training.data.packs.generate import generate_builtin_dataset
 
 
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """One valid dataset for the whole session (read-only: copy it before breaking it)."""
     out = tmp_path_factory.mktemp("dataset")
-    manifest = generate_dataset(GenerationConfig(n=600, seed=7), out, progress=False)
+    manifest = generate_builtin_dataset(out, n=600, seed=7, progress=False).manifest
     return out, manifest
 
 

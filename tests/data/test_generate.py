@@ -1,8 +1,10 @@
-"""Generated data: verl's row schema, executed ground truth, determinism, coverage, splits."""
+"""The built-in dataset (the `toolrl` pack, what `toolrl data generate` and the dataset DAG
+write): verl's row schema, executed ground truth, determinism, coverage, splits."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,14 @@ import pytest
 
 from serving.tools import ToolContext, get_catalog
 from training.data.config import GenerationConfig
-from training.data.generate import dataset_version, generate_rows
+from training.data.packs.generate import (
+    generate_builtin_dataset,
+    load_builtin_pack,
+    pack_config,
+    plan_rows,
+    with_chinese_fraction,
+)
+from training.data.packs.model import step_calls
 from training.data.queries import query_shape
 from training.data.schema import Category, GroundTruth
 
@@ -108,30 +117,48 @@ def frame_unique(series: pd.Series) -> bool:
     return bool(series.is_unique)
 
 
-def test_same_seed_same_version_other_seed_other_version() -> None:
-    a = generate_rows(GenerationConfig(n=200, seed=3), progress=False)
-    b = generate_rows(GenerationConfig(n=200, seed=3), progress=False)
-    c = generate_rows(GenerationConfig(n=200, seed=4), progress=False)
-    assert dataset_version(a) == dataset_version(b)
-    assert dataset_version(a) != dataset_version(c)
+def test_same_seed_same_version_other_seed_other_version(tmp_path: Path) -> None:
+    made = [
+        generate_builtin_dataset(tmp_path / str(i), n=200, seed=seed, progress=False)
+        for i, seed in enumerate((3, 3, 4))
+    ]
+    versions = [m.manifest["dataset_version"] for m in made]
+    assert versions[0] == versions[1] != versions[2]
 
 
-def test_small_datasets_pass_coverage_whatever_the_seed() -> None:
+@pytest.mark.parametrize("chinese_fraction", [None, 0.0])  # the pack's 0.3; the pipeline's 0
+def test_small_datasets_pass_coverage_whatever_the_seed(
+    chinese_fraction: float | None, tmp_path: Path
+) -> None:
     """A scheduled run picks its seed from the run id; no seed may leave a tool out of 120 rows
     or miss the category mix by the validation's tolerance.
 
-    With independent draws seeds 13, 28, 45 and 52 left a tool out, and about one seed in
-    twenty missed a category share by more than 0.08 (CI failed on such run ids twice).
+    With independent draws about one seed in twenty missed a category share by more than
+    0.08 and some left a tool out (CI failed on such run ids twice); the plan deals exact
+    category counts and intents from a deck. Every row's category and tools are fixed by the
+    plan, so 60 seeds are checked there, and three are generated in full: a row left out as
+    invalid could take a tool with it, so none may be.
     """
+    loaded = with_chinese_fraction(load_builtin_pack(), chinese_fraction)
     names = set(get_catalog().names)
     for seed in range(60):
-        config = GenerationConfig(n=120, seed=seed)
-        rows = generate_rows(config, progress=False)
-        used = {tool for row in rows for tool in row["tools_used"]}
+        config = pack_config(loaded.spec, 120, seed, 0.1)
+        plan = plan_rows(loaded.spec, config)
+        used = {c.tool for row in plan for step in row.intent.steps for c in step_calls(step)}
         assert used == names, f"seed {seed} leaves out {sorted(names - used)}"
-        shares = pd.Series([row["category"] for row in rows]).value_counts(normalize=True)
+        shares = Counter(row.intent.category for row in plan)
         for category, target in config.category_mix.items():
-            assert abs(float(shares.get(category.value, 0.0)) - target) <= 1 / 120 + 1e-9
+            assert abs(shares[category] / 120 - target) <= 1 / 120 + 1e-9
+    for seed in (7, 13, 52):
+        made = generate_builtin_dataset(
+            tmp_path / str(seed),
+            n=120,
+            seed=seed,
+            chinese_fraction=chinese_fraction,
+            progress=False,
+        )
+        assert made.manifest["pack"]["invalid_rows"] == 0
+        assert {tool for row in made.rows for tool in row["tools_used"]} == names
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,7 @@ import pytest
 
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
-from training.data.config import GenerationConfig
-from training.data.generate import build_manifest, generate_rows, write_dataset
+from training.data.packs.generate import generate_builtin_dataset
 from training.data.schema import GroundTruth
 from training.evaluation.cases import EvalDataError, load_cases
 from training.evaluation.report import load_report
@@ -35,9 +34,7 @@ Message = dict[str, Any]
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("data")
-    config = GenerationConfig(n=300, seed=3)
-    rows = generate_rows(config, progress=False)
-    write_dataset(rows, build_manifest(rows, config), out)
+    generate_builtin_dataset(out, n=300, seed=3, progress=False)
     return out / "test.parquet"
 
 

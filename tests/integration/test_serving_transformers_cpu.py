@@ -20,8 +20,7 @@ import pytest
 from serving.frontdoor.app import FrontDoorConfig
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
-from training.data.config import GenerationConfig
-from training.data.generate import build_manifest, generate_rows, write_dataset
+from training.data.packs.generate import generate_builtin_dataset
 from training.evaluation.runner import EvalConfig, evaluate
 from training.model.tiny import TinyModelConfig, build_tiny_model
 from training.registry.registry import Lineage, promote, register_candidate
@@ -102,8 +101,7 @@ def test_cpu_serving_frontdoor_eval_and_reload_on_promotion(
         switchboard = running.stack.switchboard
         assert switchboard is not None
         chat = switchboard.current.agent.chat
-        rows = generate_rows(GenerationConfig(n=100, seed=2), progress=False)
-        write_dataset(rows, build_manifest(rows, GenerationConfig(n=100, seed=2)), tmp_path / "d")
+        generate_builtin_dataset(tmp_path / "d", n=100, seed=2, progress=False)
         report = evaluate(
             EvalConfig(endpoint=chat.base_url, model=chat.model, data=tmp_path / "d/test.parquet",
                        out=tmp_path / "eval/report.json", mcp_url=mcp.url, limit=3,

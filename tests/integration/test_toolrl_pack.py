@@ -45,7 +45,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PackDataset
     return out, made
 
 
-def test_rows_from_the_real_server_pass_the_project_suite(
+def test_rows_from_the_project_server_pass_the_project_suite(
     dataset: tuple[Path, PackDataset],
 ) -> None:
     out, made = dataset
