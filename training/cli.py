@@ -1,22 +1,71 @@
 """`toolrl`: one command per stage of the retraining loop.
 
 Heavy libraries (pandas, great-expectations, verl, torch) are imported inside the commands,
-so `toolrl --help` answers instantly.
+so `toolrl --help` answers instantly. Every path argument of every command (here and in the
+sub-packages' `register_cli` groups) reaches its command absolute, taken from the current
+directory (`absolute_path_params`), so a relative path means the same in every library and
+process it is handed to (great-expectations wants absolute paths; Airflow's services and Ray
+jobs run elsewhere).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Callable
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 if TYPE_CHECKING:
     from serving.mcp_client.sources import ToolSources
 
+
+def absolute(value: Any) -> Any:
+    """A parsed path (or list of paths) made absolute against the current directory; any
+    other value as it is. Symlinks are kept (`os.path.abspath`, not `resolve`): a venv's
+    `bin/python` must stay the venv's, not become its base interpreter."""
+    if isinstance(value, PurePath):
+        return type(value)(os.path.abspath(value))
+    if isinstance(value, list | tuple):
+        return type(value)(absolute(item) for item in value)
+    return value
+
+
+class _AbsoluteFirst:
+    """A parameter callback: the value made `absolute`, then the parameter's own callback."""
+
+    def __init__(self, then: Callable[..., Any] | None) -> None:
+        self.then = then
+
+    def __call__(self, ctx: Any, param: Any, value: Any) -> Any:
+        value = absolute(value)
+        return self.then(ctx, param, value) if self.then is not None else value
+
+
+def absolute_path_params(command: Any) -> None:
+    """Every parameter of `command` and of the commands below it: a path value arrives in
+    the command absolute (defaults included; relative ones mean the current directory)."""
+    for param in getattr(command, "params", ()):
+        if not isinstance(param.callback, _AbsoluteFirst):
+            param.callback = _AbsoluteFirst(param.callback)
+    for sub in getattr(command, "commands", {}).values():
+        absolute_path_params(sub)
+
+
+class _RootGroup(TyperGroup):
+    """`toolrl` itself: typer builds it, with every group and command below it, on each
+    invocation; it makes their path parameters absolute (`absolute_path_params`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        absolute_path_params(self)
+
+
 app = typer.Typer(
     name="toolrl",
+    cls=_RootGroup,
     help=(
         "Keep a tool-calling LLM improving with RL: generate and validate tool-call data, "
         "train with verl GRPO (or the CPU backend), evaluate, gate, register, and serve "
@@ -167,9 +216,13 @@ def data_validate(
 
 @app.command("demo")
 def demo(
-    workdir: Annotated[Path, typer.Option(help="Where the demo writes everything.")] = Path(
-        "runs/demo"
-    ),
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the demo writes everything (default: runs/demo, with --pack "
+            "runs/demo-PACK)."
+        ),
+    ] = None,
     rows: Annotated[int, typer.Option(help="Rows in the generated dataset.")] = 2_000,
     keep_running: Annotated[
         bool,
@@ -214,9 +267,11 @@ def demo(
     from training.demo.services import ServiceError
     from training.orchestrator.services import AirflowServiceError
 
+    if workdir is None:  # a pack's champion is not the built-in one
+        workdir = Path(f"runs/demo-{Path(pack).stem}" if pack else "runs/demo").absolute()
+    if pack and Path(pack).exists():  # a pack file, named for Airflow's services too
+        pack = str(Path(pack).absolute())
     try:
-        if pack and workdir == Path("runs/demo"):  # a pack's champion is not the built-in one
-            workdir = Path(f"runs/demo-{Path(pack).stem}")
         run_demo(
             workdir,
             rows,

@@ -82,7 +82,7 @@ def register_cli(app: typer.Typer) -> typer.Typer:
         attempt: Annotated[int, typer.Option(help="Attempt family; bump after a failure.")] = 1,
         backend: Annotated[str, typer.Option(help="verl (GPU) or cpu (TRL).")] = "verl",
         workdir: Annotated[
-            str | None,
+            Path | None,
             typer.Option(
                 help="Job working directory (shared storage on a cluster; "
                 "default: runs/jobs in this checkout, for a local Ray head)."
@@ -103,10 +103,12 @@ def register_cli(app: typer.Typer) -> typer.Typer:
         loaded = _load(spec)
         assert isinstance(loaded, TrainingSpec)
         job_id = submission_id(loaded.name, run_key, attempt)
-        rel = spec.resolve().relative_to(Path(__file__).resolve().parents[2])
+        repo = Path(__file__).resolve().parents[2]
+        rel = spec.resolve().relative_to(repo)
+        job_dir = (workdir or repo / "runs" / "jobs") / job_id
         request = JobRequest(
             job_id,
-            entrypoint(str(rel), run_key, backend, f"{workdir}/{job_id}"),
+            entrypoint(str(rel), run_key, backend, str(job_dir)),
             runtime_env(os.environ),
             {"spec_hash": loaded.spec_hash()},
         )
