@@ -31,6 +31,7 @@ from serving.mcp_server.calls import CallRunner
 from serving.mcp_server.config import SEQ_HEADER, SESSION_HEADER, SESSION_META_KEY, ServerConfig
 from serving.mcp_server.live import LiveTools
 from serving.mcp_server.metrics import Metrics
+from serving.mcp_server.protocol import tool_list, unknown_tool
 from serving.mcp_server.replay import ReplaySet
 from serving.tools import ToolCatalog
 from serving.tools.base import NotesStore
@@ -44,25 +45,6 @@ Send = Callable[[Message], Awaitable[None]]
 
 SEQ_META_KEY = "toolrl/seq"
 SERVER_NAME = "toolrl-tools"
-
-
-def tool_list(catalog: ToolCatalog) -> list[types.Tool]:
-    """`tools/list` straight from the catalog: the same schemas the dataset and policy see."""
-    return [
-        types.Tool(name=t.name, description=t.description, input_schema=dict(t.parameters))
-        for t in catalog
-    ]
-
-
-def unknown_tool(runner: CallRunner, name: str) -> str | None:
-    """The message for a call to a tool the catalog does not have (counted), or None.
-
-    The spec makes an unknown tool a protocol error (JSON-RPC invalid params), not a tool
-    result; the message still teaches, naming the tools there are."""
-    if name in runner.catalog:
-        return None
-    runner.metrics.record(name, 0.0, "unknown_tool")
-    return f"Unknown tool {name[:60]!r}; available tools: {', '.join(runner.catalog.names)}"
 
 
 def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str | None:

@@ -1,5 +1,5 @@
 """The project's MCP server without its transport: `tools/list` and `tools/call` answered in
-this process by the code the HTTP app runs (`app.tool_list`, `app.unknown_tool`,
+this process by the code the HTTP app runs (`protocol.tool_list`, `protocol.unknown_tool`,
 `calls.CallRunner`), behind the `McpClient` interface.
 
 Why: dataset generation executes every expected call of the built-in tools, and the test
@@ -20,10 +20,10 @@ from typing import Any, Literal
 import mcp_types as types
 
 from serving.mcp_client.base import McpProtocolError, ToolCallResult
-from serving.mcp_server.app import tool_list, unknown_tool
 from serving.mcp_server.calls import CallRunner
 from serving.mcp_server.config import FaultConfig, ServerConfig
 from serving.mcp_server.metrics import Metrics
+from serving.mcp_server.protocol import tool_list, unknown_tool
 from serving.tools import get_catalog
 
 

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from serving.mcp_client.base import McpProtocolError
-from serving.mcp_server.app import tool_list
 from serving.mcp_server.inprocess import InProcessServer
+from serving.mcp_server.protocol import tool_list
 from serving.tools import ToolContext, get_catalog
 
 
