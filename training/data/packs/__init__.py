@@ -9,8 +9,9 @@
 - `split`: which templates are held out for test.
 - `results`: a tool result text as a ground-truth object.
 - `execute`: ground truth by execution, concurrent, deduplicated, recorded in a CallStore.
-- `server`: which tool sources reach the pack's server, and its tools.
-- `generate`: plan, execute and write a dataset version in the built-in layout.
+- `server`: which tool sources reach the pack's server (the project's own: in-process).
+- `generate`: plan, execute and write a dataset version: the project's one generator (the
+  built-in dataset is the `toolrl` pack's, `generate_builtin_dataset`).
 - `truth`: validation of a pack dataset's rows from its tool snapshot and call store.
 - `scaffold`: a starting pack from a server's schemas (`toolrl tools pack init`).
 - `cli`: the `toolrl tools pack` commands.
