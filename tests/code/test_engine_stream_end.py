@@ -13,8 +13,8 @@ import pytest
 
 from serving.answer_stream import AnswerStream
 from serving.engine.engine import Request, Sampling
-from serving.renderer import ChatRenderer
 from serving.engine.server import EngineServer, ModelHandle
+from serving.renderer import ChatRenderer
 from training.model.tokenizer import build_tokenizer
 
 
