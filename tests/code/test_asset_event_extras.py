@@ -6,12 +6,12 @@ shape gets a StageError that says what is wrong, before anything trains."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from testkit.pipeline_specs import published_version
 from training.pipeline.config import PipelineConfig
 from training.pipeline.contracts import DatasetChoice
 from training.pipeline.retraining_stage import (
@@ -22,22 +22,12 @@ from training.pipeline.retraining_stage import (
 )
 
 
-def _version(root: Path, name: str, *, passed: bool = True) -> Path:
-    """A published version's files (contents are not read at this boundary)."""
-    path = root / name
-    (path / "validation").mkdir(parents=True)
-    for file in ("manifest.json", "train.parquet", "test.parquet"):
-        (path / file).write_text("{}")
-    (path / "validation" / "report.json").write_text(json.dumps({"success": passed}))
-    return path
-
-
 def _extra(path: Path, version: str | None = None) -> dict[str, Any]:
     return {"dataset_version": version or path.name, "dataset_dir": str(path)}
 
 
 def test_a_published_version_is_accepted_with_its_files(tmp_path: Path) -> None:
-    path = _version(tmp_path, "v1")
+    path = published_version(tmp_path, "v1")
     assert checked_version(path, "v1") == DatasetChoice(
         dataset_version="v1",
         dataset_dir=str(path),
@@ -63,7 +53,7 @@ def test_a_published_version_is_accepted_with_its_files(tmp_path: Path) -> None:
 def test_a_broken_version_is_refused_with_the_reason(
     tmp_path: Path, break_it: Any, reason: str
 ) -> None:
-    path = _version(tmp_path, "v1")
+    path = published_version(tmp_path, "v1")
     break_it(path)
     with pytest.raises(StageError, match=reason):
         checked_version(path)
@@ -88,7 +78,7 @@ def test_malformed_event_extras_are_refused(extra: Any, reason: str) -> None:
 
 
 def test_an_event_naming_another_version_than_its_directory_is_refused(tmp_path: Path) -> None:
-    path = _version(tmp_path, "v1")
+    path = published_version(tmp_path, "v1")
     with pytest.raises(StageError, match="names version 'v2' but points to"):
         dataset_from_events([_extra(path, "v2")])
     with pytest.raises(StageError, match="must be a string"):
@@ -101,8 +91,8 @@ def test_no_events_is_an_error_not_a_guess() -> None:
 
 
 def test_several_events_train_on_the_newest_and_name_the_others(tmp_path: Path) -> None:
-    old, new = _version(tmp_path, "v1"), _version(tmp_path, "v2")
-    _version(tmp_path, "v3")  # newer on disk, but no event of this run announced it
+    old, new = published_version(tmp_path, "v1"), published_version(tmp_path, "v2")
+    published_version(tmp_path, "v3")  # newer on disk, but no event of this run announced it
     chosen = dataset_from_events([_extra(old), _extra(new)])
     assert chosen.dataset_version == "v2"
     assert chosen.superseded == ("v1",)
@@ -110,15 +100,15 @@ def test_several_events_train_on_the_newest_and_name_the_others(tmp_path: Path) 
 
 def test_only_the_newest_event_must_be_valid(tmp_path: Path) -> None:
     """An older, superseded event that is malformed does not block training on the newest."""
-    new = _version(tmp_path, "v2")
+    new = published_version(tmp_path, "v2")
     chosen = dataset_from_events(["junk", {"dataset_dir": 1}, _extra(new)])
     assert chosen.dataset_version == "v2"
 
 
 def test_a_hand_run_dataset_dir_wins_over_events_and_is_checked(tmp_path: Path) -> None:
-    event_version, hand = _version(tmp_path, "v1"), _version(tmp_path, "hand")
+    event_version, hand = published_version(tmp_path, "v1"), published_version(tmp_path, "hand")
     config = PipelineConfig(data_root=str(tmp_path))
     assert resolve_dataset(config, [_extra(event_version)], str(hand)).dataset_version == "hand"
-    failed = _version(tmp_path, "failed", passed=False)
+    failed = published_version(tmp_path, "failed", passed=False)
     with pytest.raises(StageError, match="no passing validation report"):
         resolve_dataset(config, None, str(failed))

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from testkit.pipeline_specs import lenient_thresholds, tiny_spec
+from testkit.pipeline_specs import lenient_thresholds, published_version, tiny_spec
 from training.evaluation.report import EvalReport, EvalSource, write_report
 from training.pipeline import contracts
 from training.pipeline.config import PipelineConfig
@@ -101,21 +101,15 @@ def test_a_report_summary_keeps_only_finite_numbers() -> None:
     assert ReportSummary.of("/r.json", 0, {}).overall == {}
 
 
-def _published(root: Path, name: str) -> Path:
-    path = root / name
-    (path / "validation").mkdir(parents=True)
-    for file in ("manifest.json", "train.parquet", "test.parquet"):
-        (path / file).write_text("{}")
-    (path / "validation" / "report.json").write_text(json.dumps({"success": True}))
-    return path
-
-
 def test_the_plan_records_every_choice_of_the_run(tmp_path: Path) -> None:
     """`plan_spec`: the newest of the run's own events, the spec written, and the params'
     overrides of the config (backend, thresholds, eval size, dry run) in one typed plan."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec("contract-tiny")))
-    old, new = _published(tmp_path / "data", "v1"), _published(tmp_path / "data", "v2")
+    old, new = (
+        published_version(tmp_path / "data", "v1"),
+        published_version(tmp_path / "data", "v2"),
+    )
     config = PipelineConfig(
         data_root=str(tmp_path / "data"),
         workdir=str(tmp_path / "runs"),

@@ -53,3 +53,15 @@ def model_dir(root: Path, marker: str) -> Path:
     (path / "config.json").write_text(json.dumps({"model_type": "qwen3", "marker": marker}))
     (path / "model.safetensors").write_bytes(marker.encode() * 100)
     return path
+
+
+def published_version(root: Path, name: str, *, passed: bool = True) -> Path:
+    """A published dataset version's files, as the retraining stage checks them before it
+    trains (their contents are not read there): manifest, train and test files, and a
+    validation report that passed (or not)."""
+    path = root / name
+    (path / "validation").mkdir(parents=True)
+    for file in ("manifest.json", "train.parquet", "test.parquet"):
+        (path / file).write_text("{}")
+    (path / "validation" / "report.json").write_text(json.dumps({"success": passed}))
+    return path
