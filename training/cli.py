@@ -86,10 +86,10 @@ def _register_stage_commands() -> None:
     at load time, so `toolrl --help` stays instant."""
     from serving.mcp_client.cli import register_cli as register_tools
     from serving.mcp_server.cli import register_cli as register_mcp
-    from training.jobs.local_cli import register_cli as register_cpu_training
     from training.data.packs.cli import register_cli as register_packs
     from training.evaluation.cli import register_cli as register_eval
     from training.jobs.cli import register_cli as register_train
+    from training.jobs.local_cli import register_cli as register_cpu_training
     from training.model.cli import register_cli as register_model
     from training.orchestrator.cli import register_cli as register_airflow
     from training.registry.cli import register_cli as register_registry
