@@ -32,11 +32,11 @@ sys.path.insert(0, str(ROOT))
 RESULTS = Path(__file__).parent / "results" / "airflow_services.json"
 
 from serving.runtime.ports import free_port  # noqa: E402
-from training.demo.airflow_run import start_latency  # noqa: E402
-from training.orchestrator.follow import follow_run, wait_for_run  # noqa: E402
-from training.orchestrator.layout import AirflowLayout, AirflowPorts, read_login  # noqa: E402
-from training.orchestrator.rest import AirflowApi  # noqa: E402
-from training.orchestrator.services import stop, up  # noqa: E402
+from training.ops.airflow.follow import follow_run, wait_for_run  # noqa: E402
+from training.ops.airflow.layout import AirflowLayout, AirflowPorts, read_login  # noqa: E402
+from training.ops.airflow.rest import AirflowApi  # noqa: E402
+from training.ops.airflow.services import stop, up  # noqa: E402
+from training.ops.demo.airflow_run import start_latency  # noqa: E402
 from training.pipeline.config import load_pipeline_config  # noqa: E402
 
 

@@ -217,8 +217,8 @@ def instant_upstream_phase(
     import pandas as pd
 
     from serving.runtime.ports import free_port
-    from training.demo.run import BIN
-    from training.demo.services import ManagedService
+    from training.ops.demo.run import BIN
+    from training.ops.demo.services import ManagedService
 
     test = next((args.workdir / "datasets").glob("*/test.parquet"))
     rows = pd.read_parquet(test)
@@ -277,8 +277,8 @@ def _instant_doors(
     import pandas as pd
 
     from serving.runtime.ports import free_port
-    from training.demo.run import BIN, mcp_service
-    from training.demo.services import ManagedService
+    from training.ops.demo.run import BIN, mcp_service
+    from training.ops.demo.services import ManagedService
 
     tests = sorted((args.workdir / "datasets").glob("*/test.parquet"))
     if not tests:
@@ -323,7 +323,7 @@ def concurrency_sweep(args: argparse.Namespace) -> None:
     """One front door over the instant scripted model, at 1, 8 and 32 clients: where its
     own cost (timed inside it, and its CPU per request) ends and queueing for two shared
     cores begins (results/frontdoor_sweep.json)."""
-    from training.demo.services import service_stack
+    from training.ops.demo.services import service_stack
 
     scratch = Path(tempfile.mkdtemp(prefix="toolrl-bench-frontdoor-sweep-"))
     report: dict[str, Any] = {
@@ -359,7 +359,7 @@ def auth_side_by_side(args: argparse.Namespace) -> None:
     its API key, driven in interleaved rounds: what the key check costs per request."""
     import secrets
 
-    from training.demo.services import service_stack
+    from training.ops.demo.services import service_stack
 
     key = secrets.token_hex(32)
     scratch = Path(tempfile.mkdtemp(prefix="toolrl-bench-frontdoor-auth-"))
@@ -448,8 +448,8 @@ def main() -> None:
         return
 
     from serving.runtime.ports import free_port
-    from training.demo.run import BIN, MODEL_NAME, mcp_service, mlflow_service
-    from training.demo.services import ManagedService, service_stack
+    from training.ops.demo.run import BIN, MODEL_NAME, mcp_service, mlflow_service
+    from training.ops.demo.services import ManagedService, service_stack
 
     registry = args.workdir / "mlflow"
     if not (registry / "mlflow.db").is_file():

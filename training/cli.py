@@ -91,7 +91,7 @@ def _register_stage_commands() -> None:
     from training.jobs.cli import register_cli as register_train
     from training.jobs.local_cli import register_cli as register_cpu_training
     from training.model.cli import register_cli as register_model
-    from training.orchestrator.cli import register_cli as register_airflow
+    from training.ops.airflow.cli import register_cli as register_airflow
     from training.registry.cli import register_cli as register_registry
     from training.rewards.cli import register_cli as register_reward
     from training.verl_bridge.cli import register_cli as register_bridge
@@ -262,10 +262,10 @@ def demo(
     """Run the whole retraining loop on this machine: local services on loopback (MLflow, Ray,
     MCP, Airflow's own four), the dataset DAG triggered through Airflow's REST API, retraining
     started by the scheduler from its Asset event, then serve the champion and answer a chat."""
-    from training.demo.airflow_run import AirflowLoopError
-    from training.demo.run import DemoError, run_demo
-    from training.demo.services import ServiceError
-    from training.orchestrator.services import AirflowServiceError
+    from training.ops.airflow.services import AirflowServiceError
+    from training.ops.demo.airflow_run import AirflowLoopError
+    from training.ops.demo.run import DemoError, run_demo
+    from training.ops.demo.services import ServiceError
 
     if workdir is None:  # a pack's champion is not the built-in one
         workdir = Path(f"runs/demo-{Path(pack).stem}" if pack else "runs/demo").absolute()

@@ -111,7 +111,7 @@ def test_the_demo_hands_absolute_paths_to_the_services_it_starts(
 ) -> None:
     """Airflow's services read the pack from the pipeline config in their own directory: a
     pack file is named absolutely; a shipped pack's name stays a name."""
-    import training.demo.run as demo_run
+    import training.ops.demo.run as demo_run
 
     calls: list[tuple[Path, dict[str, Any]]] = []
     monkeypatch.setattr(

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from training.demo.progress import CheckpointWatcher
-from training.demo.run import describe_answer
+from training.ops.demo.progress import CheckpointWatcher
+from training.ops.demo.run import describe_answer
 
 
 def test_watcher_reports_each_milestone_once_in_order(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ WEATHER = {
 
 
 def test_the_demo_answer_must_call_the_weather_tool_for_paris_and_state_its_temperature() -> None:
-    from training.demo.report import answer_check
+    from training.ops.demo.report import answer_check
 
     assert answer_check(_served([WEATHER], "It is 21 C in Paris.")) == (
         True,
@@ -136,7 +136,7 @@ def test_the_demo_answer_must_call_the_weather_tool_for_paris_and_state_its_temp
 def test_the_before_after_table_reads_the_run_folders(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from training.demo.report import before_after_table, start_line
+    from training.ops.demo.report import before_after_table, start_line
 
     run = tmp_path / "manual__1"
     job = run / "jobs" / "toolrl-x-a1"
@@ -166,7 +166,7 @@ def test_the_closing_report_prints_the_question_beside_the_verdict(
 ) -> None:
     from rich.console import Console
 
-    from training.demo import run as demo_run
+    from training.ops.demo import run as demo_run
 
     printed = Console(record=True, width=200)
     monkeypatch.setattr(demo_run, "console", printed)

@@ -23,10 +23,10 @@ from serving.agent.backends import EpisodeContext
 from serving.toolcalls import catalog_registry
 from testkit.benchmark_scripts import load_benchmark
 from training.cpu_backend.quick_eval import score_block
-from training.demo.report import before_after_table
 from training.evaluation.cases import EvalCase, case_from_row
 from training.evaluation.metrics import HEADLINE_METRICS, aggregate
 from training.evaluation.runner import run_cases
+from training.ops.demo.report import before_after_table
 
 
 def _truth(

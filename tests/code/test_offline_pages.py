@@ -19,7 +19,7 @@ import pytest
 
 from training.data.validation_page import page_path, render_validation_page
 from training.evaluation.report import EvalReport, EvalSource, render_html, write_report
-from training.pages.offline import (
+from training.ops.pages.offline import (
     css_urls,
     external_references,
     external_references_in_file,

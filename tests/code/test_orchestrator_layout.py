@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from serving.settings import CONNECTIONS
-from training.orchestrator.layout import (
+from training.ops.airflow.layout import (
     AirflowLayout,
     AirflowPorts,
     connection_uris,
@@ -20,7 +20,7 @@ from training.orchestrator.layout import (
     service_env,
     use_wal,
 )
-from training.orchestrator.services import AirflowServiceError, Deployment
+from training.ops.airflow.services import AirflowServiceError, Deployment
 from training.pipeline.config import PipelineConfig
 
 

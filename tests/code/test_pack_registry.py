@@ -18,7 +18,7 @@ from serving.toolcalls import (
 )
 from serving.toolcalls.registry import SNAPSHOT_ENV
 from training.data.packs.truth import PackTruthError, dataset_registry, tool_snapshot_path
-from training.demo.pack import pack_answer_check
+from training.ops.demo.pack import pack_answer_check
 
 TIME_TOOLS = [
     {

@@ -32,12 +32,10 @@ import yaml
 from serving.runtime.ports import free_port
 from testkit.pipeline_specs import lenient_thresholds, tiny_spec
 from testkit.ray_head import RayHead, ray_head
-from training.demo.run import mcp_service, mlflow_service
-from training.demo.services import ManagedService
-from training.orchestrator.follow import RunFollowError, follow_run, wait_for_run
-from training.orchestrator.layout import AirflowLayout, AirflowPorts, read_login
-from training.orchestrator.rest import AirflowApi, AirflowApiError
-from training.orchestrator.services import (
+from training.ops.airflow.follow import RunFollowError, follow_run, wait_for_run
+from training.ops.airflow.layout import AirflowLayout, AirflowPorts, read_login
+from training.ops.airflow.rest import AirflowApi, AirflowApiError
+from training.ops.airflow.services import (
     Deployment,
     kill,
     restart,
@@ -45,6 +43,8 @@ from training.orchestrator.services import (
     stop,
     up,
 )
+from training.ops.demo.run import mcp_service, mlflow_service
+from training.ops.demo.services import ManagedService
 from training.pipeline.config import load_pipeline_config
 from training.pipeline.contracts import PublishedDataset, TrainingPlan
 from training.registry.auth import RegistryCredentials, provision

@@ -22,8 +22,8 @@ from serving.runtime.ports import free_port
 from testkit.airflow_env import migrate
 from testkit.pipeline_specs import lenient_thresholds, tiny_spec
 from testkit.ray_head import RayHead
-from training.demo.run import mcp_service, mlflow_service
-from training.demo.services import ManagedService
+from training.ops.demo.run import mcp_service, mlflow_service
+from training.ops.demo.services import ManagedService
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 BIN = Path(sys.executable).parent
@@ -175,7 +175,7 @@ def test_pipeline_trains_gates_registers_serves_and_protects_the_champion(
     # What is served is the version the registry calls champion, and the answer carries the
     # front door's trace of the episode. The tiny model trained for 4 steps does not call
     # tools; that the champion's call reaches the real tool and its result reaches the
-    # answer is checked by `make demo` on SmolLM2 (training/demo/report.answer_check) and by
+    # answer is checked by `make demo` on SmolLM2 (training/ops/demo/report.answer_check) and by
     # tests/integration/test_serving_frontdoor_scripted.py with a scripted upstream.
     assert body["toolrl"]["model_version"] == version
     assert health["model_version"] == version

@@ -228,7 +228,7 @@ KNOWN_UNREGISTERED = {
     # it to the pack dataset's tools.json for the processes it starts (training/jobs/entry.py)
     "serving/toolcalls/registry.py": {"TOOLRL_TOOL_SNAPSHOT"},
     # set for the MLflow server process the embedded demo starts (7 job workers otherwise)
-    "training/demo/run.py": {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION"},
+    "training/ops/demo/run.py": {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION"},
     # the environment of the MLflow server the demo starts with its basic-auth app: MLflow's
     # own variables, read by that server (infra sets them on the mlflow containers), not by
     # toolrl, so they are not toolrl settings

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from serving.runtime.ports import free_port
-from training.demo.run import _keep_running
-from training.demo.services import ManagedService, ServiceStack
-from training.orchestrator.layout import AirflowLayout
+from training.ops.airflow.layout import AirflowLayout
+from training.ops.demo.run import _keep_running
+from training.ops.demo.services import ManagedService, ServiceStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 BIN = Path(sys.executable).parent

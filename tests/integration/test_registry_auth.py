@@ -14,7 +14,7 @@ import pytest
 
 from serving.runtime.ports import free_port
 from testkit.pipeline_specs import model_dir
-from training.demo.run import mlflow_service
+from training.ops.demo.run import mlflow_service
 from training.registry.auth import Identity, RegistryCredentials, provision
 from training.registry.registry import Lineage, promote, register_candidate, resolve, rollback
 

@@ -16,8 +16,8 @@ from typing import ClassVar
 import pytest
 
 from training.data.validation_page import write_validation_page
-from training.demo.screenshots import CHROMIUM_ENV, find_chromium, screenshot
 from training.evaluation.report import EvalReport, EvalSource, write_report
+from training.ops.demo.screenshots import CHROMIUM_ENV, find_chromium, screenshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 needs_chromium = pytest.mark.skipif(
@@ -218,7 +218,7 @@ def test_no_browser_means_none_and_a_reason_never_an_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv(CHROMIUM_ENV, str(tmp_path / "no-such-chromium"))
-    with caplog.at_level(logging.WARNING, logger="training.demo.screenshots"):
+    with caplog.at_level(logging.WARNING, logger="training.ops.demo.screenshots"):
         assert screenshot(tmp_path / "page.html", tmp_path / "x.png") is None
     assert "not installed" in caplog.text
     assert not (tmp_path / "x.png").exists()

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serving.runtime.ports import free_port
-from training.demo.services import ManagedService
 from training.jobs.auth import new_token, ray_auth_env
 from training.jobs.local_head import head_command
+from training.ops.demo.services import ManagedService
 
 __all__ = ["RayHead", "free_port", "ray_head"]
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.demo.screenshots import screenshot
-from training.pages.offline import external_references_in_file
+from training.ops.demo.screenshots import screenshot
+from training.ops.pages.offline import external_references_in_file
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.orchestrator.layout import AirflowLayout
-from training.orchestrator.rest import AirflowApi, AirflowUnavailableError
-from training.orchestrator.services import Deployment, service_states
+from training.ops.airflow.layout import AirflowLayout
+from training.ops.airflow.rest import AirflowApi, AirflowUnavailableError
+from training.ops.airflow.services import Deployment, service_states
 
 FINISHED = ("success", "failed")
 _VERBS = {

@@ -43,8 +43,8 @@ def up_command(
     import os
 
     from serving.runtime.ports import free_port
-    from training.orchestrator.layout import UI_USER, AirflowLayout, AirflowPorts
-    from training.orchestrator.services import AirflowServiceError, up
+    from training.ops.airflow.layout import UI_USER, AirflowLayout, AirflowPorts
+    from training.ops.airflow.services import AirflowServiceError, up
     from training.pipeline.config import CONFIG_ENV, load_pipeline_config
 
     config_path = config or (Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None)
@@ -85,8 +85,8 @@ def status_command(
 ) -> None:
     """Each service's state (healthy, unhealthy: alive without a fresh heartbeat, down) and
     its log. Exits 1 unless all four are healthy."""
-    from training.orchestrator.layout import AirflowLayout
-    from training.orchestrator.services import AirflowServiceError, Deployment, service_states
+    from training.ops.airflow.layout import AirflowLayout
+    from training.ops.airflow.services import AirflowServiceError, Deployment, service_states
 
     layout = AirflowLayout(workdir.resolve())
     try:
@@ -114,8 +114,8 @@ def status_command(
 def down_command(workdir: WorkdirOption = DEFAULT_WORKDIR) -> None:
     """Stop the four services (and what `toolrl demo --keep-running` left up beside them).
     Task runners are stopped with their service; the metadata DB and logs stay."""
-    from training.orchestrator.layout import AirflowLayout
-    from training.orchestrator.services import AirflowServiceError, stop, stop_companions
+    from training.ops.airflow.layout import AirflowLayout
+    from training.ops.airflow.services import AirflowServiceError, stop, stop_companions
 
     layout = AirflowLayout(workdir.resolve())
     try:

@@ -25,19 +25,19 @@ import yaml
 from rich.console import Console
 
 from serving.runtime.ports import free_port
-from training.demo.airflow_run import AirflowHandle, run_loop, start_airflow
-from training.demo.pack import PackDemo, pack_answer_check, pack_question, prepare_pack_demo
-from training.demo.progress import CheckpointWatcher
-from training.demo.report import (
+from training.jobs.auth import new_token, ray_auth_env
+from training.jobs.local_head import head_command
+from training.ops.demo.airflow_run import AirflowHandle, run_loop, start_airflow
+from training.ops.demo.pack import PackDemo, pack_answer_check, pack_question, prepare_pack_demo
+from training.ops.demo.progress import CheckpointWatcher
+from training.ops.demo.report import (
     answer_check,
     before_after_table,
     job_dir,
     latest_run,
     start_line,
 )
-from training.demo.services import ManagedService, ServiceStack, service_stack
-from training.jobs.auth import new_token, ray_auth_env
-from training.jobs.local_head import head_command
+from training.ops.demo.services import ManagedService, ServiceStack, service_stack
 from training.pipeline.config import REPO_ROOT
 from training.registry.auth import Identity, RegistryCredentials, provision, server_env
 from training.spec.model import load_spec
@@ -498,8 +498,8 @@ def _on_airflow(
 
 
 def _shoot_pages(workdir: Path, dataset: Path, handle: AirflowHandle | None) -> None:
-    from training.demo.airflow_run import DATASET_DAG, RETRAINING_DAG
-    from training.demo.pages import check_and_shoot
+    from training.ops.demo.airflow_run import DATASET_DAG, RETRAINING_DAG
+    from training.ops.demo.pages import check_and_shoot
 
     reports = sorted(
         (workdir / "pipeline").rglob("candidate.html"), key=lambda p: p.stat().st_mtime
@@ -537,7 +537,7 @@ def run_demo(
     pack_sources: Path | None = None,
 ) -> None:
     """The loop on the built-in tools, or with `pack` on a task pack's MCP server (see
-    `training.demo.pack`: generated against the server, trained and evaluated on its replay,
+    `training.ops.demo.pack`: generated against the server, trained and evaluated on its replay,
     served with the live server's tools)."""
     started = time.monotonic()
     workdir = workdir.resolve()
@@ -650,8 +650,8 @@ def _with_dags_test(workdir: Path, env: dict[str, str], watch_training: Callable
 
 def _keep_running(stack: ServiceStack, workdir: Path) -> None:
     """Leave every service up for browsing; `toolrl airflow down` stops them all later."""
-    from training.orchestrator.layout import AirflowLayout
-    from training.orchestrator.services import RunningService, record_companions
+    from training.ops.airflow.layout import AirflowLayout
+    from training.ops.airflow.services import RunningService, record_companions
 
     companions = [
         RunningService(s.name, s.process.pid, str(s.log_path), time.time())

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.runtime.processes import signal_process_group, start_process_group, stop_process_group
-from training.orchestrator.layout import (
+from training.ops.airflow.layout import (
     BIN,
     AirflowLayout,
     AirflowPorts,

@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from training.orchestrator.follow import RunOutcome, down_services_message, follow_run, wait_for_run
-from training.orchestrator.layout import AirflowLayout, AirflowPorts, read_login
-from training.orchestrator.rest import AirflowApi, AirflowApiError
-from training.orchestrator.services import AirflowServiceError, stop, up
+from training.ops.airflow.follow import RunOutcome, down_services_message, follow_run, wait_for_run
+from training.ops.airflow.layout import AirflowLayout, AirflowPorts, read_login
+from training.ops.airflow.rest import AirflowApi, AirflowApiError
+from training.ops.airflow.services import AirflowServiceError, stop, up
 from training.pipeline.config import PipelineConfig
 from training.pipeline.contracts import PublishedDataset, TrainingPlan
 
