@@ -146,7 +146,7 @@ def paraphrase_dataset(
     """Paraphrase a generated dataset's rows and write it again: the manifest (updated in
     place) gets the new `dataset_version` and `paraphrase` (endpoint, model, counts). The
     ground truth, the call store and the tool snapshot do not change: only queries do."""
-    from training.data.packs.generate import dataset_version, write_dataset
+    from training.data.writer import dataset_version, write_dataset
 
     stats = paraphrase_rows(rows, config, progress=progress)
     manifest["dataset_version"] = dataset_version(rows)
