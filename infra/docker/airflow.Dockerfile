@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Airflow image for the api-server, scheduler, dag-processor, triggerer and workers.
 # It carries the orchestration extra only: no torch, no verl, no vllm (tests/infra checks that
 # the extra's resolved requirement set stays free of them). Build from the repository root:

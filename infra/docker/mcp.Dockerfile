@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # MCP tool server: `toolrl mcp serve --mode mock|real`. Small on purpose: the serving extra
 # pulls torch through transformers[serving], so this image installs the core package plus only
 # the MCP server's own requirements (requirements-mcp.txt, kept equal to the serving extra's

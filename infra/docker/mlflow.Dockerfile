@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # MLflow tracking server and model registry with the PostgreSQL driver and boto3 that the
 # upstream image lacks, and the `auth` extra (Flask-WTF) that `--app-name basic-auth` needs.
 # Artifacts go to S3 and are proxied (`--artifacts-destination`), so clients need no object

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Serving image: `toolrl serve --model-uri models:/NAME@champion` resolves the champion in
 # MLflow, pulls its weights from S3 and runs `vllm serve` with tool-call parsing on (OpenAI API
 # and /health on port 8000). vLLM and torch versions match the training image

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Training image for the Ray head and GPU workers: CUDA torch, vLLM (verl's rollout engine),
 # verl and the toolrl package. Versions are the set verl 0.9.1 declares for its vLLM backend
 # (torch 2.11.0, vllm 0.24.0), with transformers from toolrl's training extra (vllm 0.24 accepts

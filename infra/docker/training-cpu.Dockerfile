@@ -1,0 +1,49 @@
+# Training image for Ray heads and workers on hosts without a GPU: the CPU build of torch that
+# the training extra pins (2.13.0+cpu), the TRL CPU backend, verl (its config and reward code;
+# its trainer needs CUDA and does not run here), Ray and the toolrl package. No CUDA library and
+# no vLLM: the image stays under 3 GB. The GPU image is training.Dockerfile.
+#   docker build -f infra/docker/training-cpu.Dockerfile -t toolrl-training-cpu:0.1.0 .
+# Where the CPU torch wheel comes from: TORCH_INDEX_URL (PyTorch's CPU index, the default) or
+# PIP_FIND_LINKS (a folder or URL holding torch-2.13.0+cpu; infra/images/build-local-base.sh
+# serves this machine's /opt/wheels on loopback and builds with --network host).
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PIP_FIND_LINKS=
+WORKDIR /build
+COPY infra/docker/constraints-cpu.txt infra/docker/requirements-training-cpu.txt ./
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir -c constraints-cpu.txt \
+        ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+        ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
+        -r requirements-training-cpu.txt \
+    && if /opt/venv/bin/pip list 2>/dev/null | grep -iE '^(nvidia-|vllm|triton )'; then \
+        echo "CUDA packages in the CPU image" >&2; exit 1; fi
+COPY pyproject.toml README.md ./
+COPY training ./training
+COPY serving ./serving
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps . \
+    && /opt/venv/bin/pip check \
+    && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
+    && /opt/venv/bin/python -c "import torch; assert not torch.cuda.is_available(); print(torch.__version__)"
+
+FROM ${PYTHON_IMAGE}
+# wget: KubeRay's default probes call it. No compiler: nothing compiles CUDA kernels here.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends wget \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    HF_HOME=/home/ray/.cache/huggingface
+# KubeRay's convention: an unprivileged "ray" user (uid 1000) with a writable home, where Ray
+# keeps /home/ray/.cache and the Hugging Face cache.
+RUN useradd --uid 1000 --create-home --shell /bin/bash ray
+USER 1000
+WORKDIR /home/ray
+EXPOSE 6379 8265 10001
+# Ray's processes are checked by the Ray runtime itself (KubeRay probes, `ray health-check`
+# in compose); a container-level check would have to know whether this is a head or a worker.
+HEALTHCHECK NONE
+CMD ["ray", "--help"]
