@@ -10,6 +10,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 : "${POSTGRES_USER:=postgres}"
 : "${POSTGRES_DB:=$POSTGRES_USER}"
+export POSTGRES_USER POSTGRES_DB  # the init scripts read them (set -u)
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
     : "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD must be set on the first start}"
     pwfile=$(mktemp)

@@ -1,0 +1,242 @@
+"""Bring up the part of toolrl's stack whose images are built, on this machine, with host
+networking and loopback ports only, and time each service to healthy.
+
+    python3 benchmarks/stack_up.py [--down] [--keep]
+
+Images come from infra/images/build-local-base.sh (run that first). Every container runs with
+`--network host` and listens on 127.0.0.1 only; the compose service names the images expect
+(postgres, minio, mlflow, mcp-mock, ray-head) are mapped to 127.0.0.1 with --add-host, so the
+same URLs as in infra/compose/compose.yaml work. No traffic goes to the docker0 bridge.
+The S3 endpoint is moto's server (toolrl-s3-emulator), an in-memory EMULATOR, not MinIO.
+
+Secrets are generated for the run and kept in memory only. The figures are merged into
+benchmarks/results/stack.json under "up" (build figures stay under "build").
+Without --keep the containers are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "stack.json"
+DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
+PREFIX = "toolrl-local-"
+HOSTS = ["postgres", "minio", "mlflow", "mcp-mock", "mcp-real", "ray-head"]
+ADD_HOSTS = [f"--add-host={h}:127.0.0.1" for h in HOSTS]
+
+
+def docker(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([DOCKER, *args], check=check, text=True, capture_output=capture)
+
+
+def image_exists(ref: str) -> bool:
+    return docker("image", "inspect", ref, check=False).returncode == 0
+
+
+def run(name: str, image: str, *args: str, env: dict[str, str] | None = None,
+        entrypoint: str | None = None, detach: bool = True, extra: list[str] | None = None) -> None:
+    cmd = ["run", "--name", PREFIX + name, "--network", "host", *ADD_HOSTS]
+    if detach:
+        cmd.append("-d")
+    else:
+        cmd.append("--rm")
+    for key, value in (env or {}).items():
+        cmd += ["-e", f"{key}={value}"]
+    if entrypoint is not None:
+        cmd += ["--entrypoint", entrypoint]
+    cmd += [*(extra or []), image, *args]
+    docker(*cmd)
+
+
+def wait(check, timeout_s: float, period_s: float = 0.5) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            if check():
+                return True
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(period_s)
+    return False
+
+
+def http_ok(url: str, headers: dict[str, str] | None = None) -> bool:
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=3) as response:  # noqa: S310 - loopback only
+        return 200 <= response.status < 300
+
+
+def exec_ok(name: str, *cmd: str) -> bool:
+    return docker("exec", PREFIX + name, *cmd, check=False).returncode == 0
+
+
+def down() -> None:
+    names = docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
+    for name in names:
+        if name.startswith(PREFIX):
+            docker("rm", "-f", name, check=False)
+
+
+def logs_tail(name: str, lines: int = 20) -> str:
+    out = docker("logs", "--tail", str(lines), PREFIX + name, check=False)
+    return (out.stdout + out.stderr)[-3000:]
+
+
+def up() -> dict[str, Any]:
+    pg_pw, admin_pw = secrets.token_urlsafe(18), secrets.token_urlsafe(18)
+    pipe_pw, serve_pw = secrets.token_urlsafe(18), secrets.token_urlsafe(18)
+    s3_key, s3_secret = "toolrl-local", secrets.token_urlsafe(18)
+    ray_token, mcp_token = secrets.token_hex(32), secrets.token_urlsafe(24)
+    services: dict[str, Any] = {}
+    t_all = time.monotonic()
+
+    def record(name: str, started: float, healthy: bool, note: str = "") -> None:
+        services[name] = {
+            "time_to_healthy_s": round(time.monotonic() - started, 1) if healthy else None,
+            "healthy": healthy,
+        }
+        if note:
+            services[name]["note"] = note
+        if not healthy:
+            services[name]["log_tail"] = logs_tail(name)
+        print(name, services[name], flush=True)
+
+    # PostgreSQL (Debian's 15) with the compose init script, on 127.0.0.1:5432.
+    if image_exists("toolrl/postgres:15-bookworm"):
+        t0 = time.monotonic()
+        run("postgres", "toolrl/postgres:15-bookworm", env={
+            "POSTGRES_USER": "postgres", "POSTGRES_PASSWORD": pg_pw, "APP_DB_PASSWORD": pg_pw,
+            "POSTGRES_LISTEN_ADDRESSES": "127.0.0.1",
+        }, extra=["-v", f"{REPO}/infra/compose/postgres-init.sh:/docker-entrypoint-initdb.d/10-toolrl.sh:ro"])
+        # Ready only after the init scripts ran (the first start's server listens on no TCP port).
+        ok = wait(lambda: exec_ok("postgres", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"), 120)
+        record("postgres", t0, ok, "Debian PostgreSQL 15 (compose default: postgres:17.6)")
+
+    # S3 emulator (moto) on 127.0.0.1:9000, reached as http://minio:9000 like in compose.
+    if image_exists("toolrl-s3-emulator:5.2"):
+        t0 = time.monotonic()
+        run("s3-emulator", "toolrl-s3-emulator:5.2", "-H", "127.0.0.1", "-p", "9000")
+        ok = wait(lambda: http_ok("http://127.0.0.1:9000/moto-api/"), 60)
+        if ok:  # the buckets minio-init creates
+            make = ("import boto3; s3 = boto3.client('s3', endpoint_url='http://minio:9000', "
+                    "aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1'); "
+                    "[s3.create_bucket(Bucket=b) for b in ('mlflow', 'toolrl')]; print(s3.list_buckets()['Buckets'])")
+            out = docker("exec", PREFIX + "s3-emulator", "python", "-c", make, check=False)
+            ok = out.returncode == 0
+        record("s3-emulator", t0, ok, "moto server: in-memory S3 emulator, not MinIO")
+
+    # MLflow with its basic-auth app, Postgres backend, artifacts proxied to s3://mlflow.
+    if image_exists("toolrl-mlflow:3.17.2") and services.get("postgres", {}).get("healthy"):
+        t0 = time.monotonic()
+        pg = f"postgresql+psycopg2://mlflow:{pg_pw}@postgres:5432"
+        s3_env = {"MLFLOW_S3_ENDPOINT_URL": "http://minio:9000", "AWS_ACCESS_KEY_ID": s3_key,
+                  "AWS_SECRET_ACCESS_KEY": s3_secret, "AWS_DEFAULT_REGION": "us-east-1"}
+        run("mlflow", "toolrl-mlflow:3.17.2",
+            "--app-name=basic-auth", f"--backend-store-uri={pg}/mlflow",
+            "--artifacts-destination=s3://mlflow", "--host=127.0.0.1", "--port=5000", "--workers=2",
+            "--allowed-hosts=mlflow,mlflow:5000,localhost,localhost:5000,127.0.0.1:5000",
+            env={"MLFLOW_AUTH_CONFIG_PATH": "/tmp/mlflow-auth/basic_auth.ini",
+                 "MLFLOW_AUTH_DATABASE_URI": f"{pg}/mlflow_auth",
+                 "MLFLOW_AUTH_ADMIN_USERNAME": "toolrl-admin", "MLFLOW_AUTH_ADMIN_PASSWORD": admin_pw,
+                 "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32), **s3_env})
+        ok = wait(lambda: http_ok("http://127.0.0.1:5000/health"), 240)
+        record("mlflow", t0, ok)
+        if ok:
+            t0 = time.monotonic()
+            out = docker("run", "--rm", "--network", "host", *ADD_HOSTS,
+                         "-e", "MLFLOW_AUTH_ADMIN_USERNAME=toolrl-admin",
+                         "-e", f"MLFLOW_AUTH_ADMIN_PASSWORD={admin_pw}",
+                         "-e", f"MLFLOW_PIPELINE_PASSWORD={pipe_pw}",
+                         "-e", f"MLFLOW_SERVING_PASSWORD={serve_pw}",
+                         "--entrypoint", "toolrl-mlflow", "toolrl-mlflow:3.17.2",
+                         "create-users", "http://mlflow:5000", check=False)
+            services["mlflow-users"] = {"seconds": round(time.monotonic() - t0, 1),
+                                        "exit_code": out.returncode,
+                                        "output_tail": (out.stdout + out.stderr)[-1500:]}
+            print("mlflow-users", services["mlflow-users"], flush=True)
+            # The auth app refuses anonymous requests and accepts the pipeline identity.
+            anon = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                   "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1"],
+                                  text=True, capture_output=True, check=False).stdout
+            authed = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u",
+                                     f"toolrl-pipeline:{pipe_pw}",
+                                     "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1"],
+                                    text=True, capture_output=True, check=False).stdout
+            services["mlflow"]["auth_check"] = {"anonymous_http": anon, "toolrl_pipeline_http": authed}
+
+    # MCP tool server, mock mode, on 127.0.0.1:8000.
+    if image_exists("toolrl-mcp:0.1.0"):
+        t0 = time.monotonic()
+        run("mcp-mock", "toolrl-mcp:0.1.0", "--mode", "mock", "--host", "127.0.0.1", "--port", "8000",
+            env={"TOOLRL_MCP_TOKEN": mcp_token})
+        ok = wait(lambda: http_ok("http://127.0.0.1:8000/healthz"), 90)
+        record("mcp-mock", t0, ok)
+
+    # Ray head and one Ray worker as separate containers (CPU training image), token auth.
+    if image_exists("toolrl-training-cpu:0.1.0"):
+        ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": ray_token}
+        t0 = time.monotonic()
+        run("ray-head", "toolrl-training-cpu:0.1.0", "ray", "start", "--head", "--port=6379",
+            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-gpus=0",
+            "--num-cpus=1", "--block", env=ray_env, extra=["--shm-size=1g"])
+        hdr = {"Authorization": f"Bearer {ray_token}"}
+        ok = wait(lambda: http_ok("http://127.0.0.1:8265/api/version", hdr), 180)
+        record("ray-head", t0, ok)
+        if ok:
+            # Same network namespace as the head: the worker's fixed-port agents are moved off
+            # the head's defaults (52365 dashboard agent, runtime-env agent, metrics).
+            t0 = time.monotonic()
+            run("ray-worker", "toolrl-training-cpu:0.1.0", "ray", "start",
+                "--address=ray-head:6379", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+                "--dashboard-agent-listen-port=52366", "--block", env=ray_env,
+                extra=["--shm-size=1g"])
+
+            def two_nodes() -> bool:
+                with urllib.request.urlopen(urllib.request.Request(  # noqa: S310
+                        "http://127.0.0.1:8265/nodes?view=summary", headers=hdr), timeout=3) as r:
+                    body = json.load(r)
+                summary = body.get("data", {}).get("summary", [])
+                return sum(1 for n in summary if n.get("raylet", {}).get("state") == "ALIVE") >= 2
+
+            ok = wait(two_nodes, 180, 1.0)
+            record("ray-worker", t0, ok, "joined: 2 ALIVE nodes in the head's /nodes")
+
+    return {"services": services, "total_s": round(time.monotonic() - t_all, 1),
+            "network": "host networking, every port on 127.0.0.1; service names via --add-host"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--down", action="store_true", help="remove the containers and exit")
+    parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    ns = parser.parse_args()
+    if ns.down:
+        down()
+        return 0
+    down()
+    try:
+        result = up()
+    finally:
+        if not ns.keep:
+            down()
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data["up"] = {"measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **result}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0 if all(s.get("healthy", True) for s in result["services"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
