@@ -303,7 +303,7 @@ def test_the_engine_runs_at_the_lower_cpu_priority_it_was_given(server: ModelSer
 
 
 def test_serving_lowers_a_cpu_engines_priority_by_default(tmp_path: Path) -> None:
-    from training.registry.serve import ServeConfig, backend_config
+    from serving.serve import ServeConfig, backend_config
 
     def command(backend: str) -> list[str]:
         config = ServeConfig(

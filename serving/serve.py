@@ -7,8 +7,10 @@ runs the agent loop against the backend and the real MCP tools (bearer token fro
 TOOLRL_MCP_TOKEN). With `watch_interval_s`, a new champion is picked up blue/green: new
 backend started and health-checked, traffic switched, old backend drained and stopped.
 
-This is a composition root: it joins serving (agent loop, launcher, front door) with
-training-side pieces (registry, parser, MCP client), which `serving` itself must not import.
+This is serving's composition root, the top of its layers: it joins the champion's registry
+entry (`launch.champion`), the launcher, the agent, the MCP client and the front door. It
+imports nothing from `training` (the `toolrl serve` and `toolrl frontdoor` commands that call
+it are registered in `training/registry/cli.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from serving.agent import Agent, AgentConfig, ChatClient, EndpointBackend, ToolExecutor
 from serving.frontdoor.app import FrontDoorConfig, build_app
+from serving.launch.champion import VersionInfo, download, resolve
 from serving.launch.commands import Backend, BackendConfig, CallFormat
 from serving.launch.process import ModelServer
 from serving.launch.switch import Switchboard, Upstream
@@ -30,7 +33,6 @@ from serving.mcp_client.catalog import open_tools
 from serving.mcp_client.sources import ToolSources
 from serving.renderer import renderer_for_model
 from serving.runtime.ports import free_port
-from training.registry.registry import VersionInfo, download, resolve
 
 logger = logging.getLogger(__name__)
 
