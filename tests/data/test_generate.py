@@ -13,14 +13,9 @@ import pytest
 
 from serving.tools import ToolContext, get_catalog
 from training.data.config import GenerationConfig
-from training.data.packs.generate import (
-    generate_builtin_dataset,
-    load_builtin_pack,
-    pack_config,
-    plan_rows,
-    with_chinese_fraction,
-)
+from training.data.packs.generate import generate_builtin_dataset, load_builtin_pack
 from training.data.packs.model import step_calls
+from training.data.packs.plan import pack_config, plan_rows, with_chinese_fraction
 from training.data.queries import query_shape
 from training.data.schema import Category, GroundTruth
 

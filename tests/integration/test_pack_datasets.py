@@ -22,8 +22,9 @@ from serving.mcp_client.call_store import CallStore
 from testkit.mcp_servers import MEMORY_SERVER_BIN
 from training.cli import app
 from training.data.config import ValidationConfig
-from training.data.packs.generate import GenerationError, generate_from_sources, template_pools
+from training.data.packs.generate import generate_from_sources
 from training.data.packs.loader import load_pack, parse_pack_text
+from training.data.packs.plan import GenerationError, template_pools
 from training.data.schema import GroundTruth
 from training.data.validate import validate_dataset
 

@@ -241,7 +241,8 @@ def test_the_stand_ins_accepted_calls_ran_on_the_real_server_and_are_in_the_stor
 
 def test_an_unreachable_endpoint_leaves_the_template_dataset(tmp_path: Path) -> None:
     from training.data.packs.loader import load_pack, resolve_pack
-    from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
+    from training.data.packs.synthesis.config import SynthesisConfig
+    from training.data.packs.synthesis.run import synthesize_from_sources
 
     sources = tmp_path / "sources.yaml"
     command, *args = TIME_SERVER_COMMAND
@@ -257,7 +258,9 @@ def test_an_unreachable_endpoint_leaves_the_template_dataset(tmp_path: Path) -> 
 
 
 def test_reply_parsing_refuses_hostile_shapes_without_crashing() -> None:
-    from training.data.packs.synthesis import ProposalError, SynthesisConfig, reply_tasks
+    from training.data.packs.synthesis.config import SynthesisConfig
+    from training.data.packs.synthesis.proposal import reply_tasks
+    from training.data.packs.synthesis.report import ProposalError
 
     config = SynthesisConfig(url="http://unused/v1")
     for content, reason in (
@@ -282,7 +285,8 @@ def test_a_real_tiny_random_model_as_the_endpoint_is_rejected_with_counted_reaso
     from serving.launch.process import ModelServer
     from serving.runtime.ports import free_port
     from training.data.packs.loader import load_pack, resolve_pack
-    from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
+    from training.data.packs.synthesis.config import SynthesisConfig
+    from training.data.packs.synthesis.run import synthesize_from_sources
     from training.model.tiny import TinyModelConfig, build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", TinyModelConfig(hidden_size=64, num_layers=2))
@@ -314,7 +318,8 @@ def test_a_real_tiny_random_model_as_the_endpoint_is_rejected_with_counted_reaso
 def test_format_check_refuses_deep_nesting_and_strange_values_with_a_reason() -> None:
     """Items the scripted stand-in for a hosted LLM could send that no template would."""
     from training.data.packs.execute import ServerTool, build_validators
-    from training.data.packs.synthesis import ProposalError, proposal_intent
+    from training.data.packs.synthesis.proposal import proposal_intent
+    from training.data.packs.synthesis.report import ProposalError
 
     schema = {"type": "object", "properties": {"timezone": {"type": "string"}},
               "required": ["timezone"]}  # fmt: skip

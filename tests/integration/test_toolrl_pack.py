@@ -173,7 +173,8 @@ def test_synthesized_notes_tasks_run_in_a_session_of_their_own(tmp_path: Path) -
     save then read a note are kept, each with the server's answers from its own session (one
     note stored, not two: they run concurrently, so a shared session would count both); a
     proposal that reads a note it never saved gets the server's error, a rejected tool error."""
-    from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
+    from training.data.packs.synthesis.config import SynthesisConfig
+    from training.data.packs.synthesis.run import synthesize_from_sources
     from training.evaluation.scripted import Scripted, serve_in_thread
 
     def note(tool: str, **arguments: str) -> dict[str, Any]:

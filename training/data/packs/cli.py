@@ -67,7 +67,7 @@ def _load(text: str) -> LoadedPack:
 
 
 def _summary(loaded: LoadedPack) -> str:
-    from training.data.packs.generate import template_pools
+    from training.data.packs.plan import template_pools
 
     pack = loaded.spec
     pools = template_pools(pack)
@@ -264,9 +264,10 @@ def register_cli(tools_app: typer.Typer) -> None:
         import os
 
         from serving.mcp_client.base import McpClientError
-        from training.data.packs.generate import GenerationError
         from training.data.packs.loader import PackError
-        from training.data.packs.synthesis import SynthesisConfig, synthesize_from_sources
+        from training.data.packs.plan import GenerationError
+        from training.data.packs.synthesis.config import SynthesisConfig
+        from training.data.packs.synthesis.run import synthesize_from_sources
 
         loaded = _load(pack)
         api_key = os.environ.get(api_key_env) if api_key_env else None
@@ -329,12 +330,9 @@ def run_pack_generation(
 
     from serving.mcp_client.base import McpClientError
     from training.data.config import GenerationConfig
-    from training.data.packs.generate import (
-        GenerationError,
-        generate_from_sources,
-        with_chinese_fraction,
-    )
+    from training.data.packs.generate import generate_from_sources
     from training.data.packs.loader import PackError
+    from training.data.packs.plan import GenerationError, with_chinese_fraction
 
     loaded = _load(pack)
     try:  # the settings first: a bad one is refused before any server starts

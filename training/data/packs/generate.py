@@ -1,5 +1,6 @@
-"""A dataset version from a pack: plan rows from the seed, execute their calls on the real
-server, write the same parquet layout and manifest as the built-in generator.
+"""A dataset version from a pack: plan rows from the seed (`plan`), execute their calls on
+the real server, write the same parquet layout and manifest (`manifest`) as the built-in
+generator.
 
 Why plan first, then execute: queries and slot values depend only on the seed, so the plan
 is deterministic and cheap; only the arguments that point into earlier results need the
@@ -11,12 +12,9 @@ calls fail are dropped, counted by reason in the manifest and reported; past
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import random
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +23,6 @@ from tqdm import tqdm
 
 from serving.mcp_client.base import McpClient
 from serving.mcp_client.call_store import CallStore
-from training.data.config import DEFAULT_MIX, GenerationConfig
 from training.data.packs.check import check_pack
 from training.data.packs.execute import (
     CallExecutor,
@@ -38,51 +35,26 @@ from training.data.packs.execute import (
     reset_server,
 )
 from training.data.packs.loader import LoadedPack, PackError, load_pack, resolve_pack
-from training.data.packs.model import (
-    DECORATIONS,
-    SYSTEM_PROMPTS,
-    IntentSpec,
-    PackSpec,
-    step_calls,
+from training.data.packs.manifest import BUILTIN_KIND, PACK_KIND, TOOLS_FILE, build_manifest
+from training.data.packs.model import PackSpec, step_calls
+from training.data.packs.plan import (
+    GenerationError,
+    PlannedRow,
+    pack_config,
+    plan_rows,
+    with_chinese_fraction,
 )
-from training.data.packs.refs import render_text
+from training.data.packs.rows import build_row
 from training.data.packs.server import pack_client, server_tools, tools_snapshot
-from training.data.packs.slots import draw_slots
-from training.data.packs.split import held_out, template_id
-from training.data.queries import normalise_query, query_shape
-from training.data.schema import (
-    AGENT_NAME,
-    DATA_SOURCE,
-    SCHEMA_VERSION,
-    Category,
-    GroundTruth,
-)
-from training.data.writer import dataset_version, write_dataset
+from training.data.schema import DATA_SOURCE
+from training.data.writer import write_dataset
 
 T = TypeVar("T")
 
-TOOLS_FILE = "tools.json"
 STORE_FILE = "calls.sqlite"
 BUILTIN_PACK = "toolrl"
 """The shipped pack of the project's 11 tools: what `toolrl data generate` and the dataset
 DAG generate when no other pack is named."""
-PACK_KIND = "pack"
-BUILTIN_KIND = "builtin"
-
-
-class GenerationError(RuntimeError):
-    """Generation could not satisfy the settings (the template space is too small for n, too
-    many rows are invalid)."""
-
-
-@dataclass(frozen=True)
-class PlannedRow:
-    split: str
-    intent: IntentSpec
-    lang: str
-    template: str
-    query: str
-    slots: dict[str, Any]
 
 
 @dataclass(repr=False)
@@ -96,183 +68,6 @@ class PackDataset:
         # when it restores the SIGINT handler (CPython 3.11); every row costs 0.1 s at 2,000.
         version = self.manifest.get("dataset_version")
         return f"PackDataset({len(self.rows)} rows, version {version}, {len(self.invalid)} invalid)"
-
-
-def with_chinese_fraction(loaded: LoadedPack, fraction: float | None) -> LoadedPack:
-    """The pack with `fraction` of its rows in Chinese (`zh`) and the other languages' shares
-    scaled to the rest (None: the pack as written). A language left with no share is dropped,
-    so a fraction of 0 gives a dataset without Chinese rows."""
-    pack = loaded.spec
-    if fraction is None:
-        return loaded
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"the Chinese fraction must be between 0 and 1 (got {fraction})")
-    if "zh" not in pack.languages:
-        raise PackError(
-            [f"{loaded.path}: the pack has no Chinese (`zh`) phrasings to give a fraction to"]
-        )
-    others = {lang: share for lang, share in pack.languages.items() if lang != "zh"}
-    rest = sum(others.values())
-    if fraction < 1.0 and rest <= 0:
-        raise PackError([f"{loaded.path}: the pack has only Chinese rows (`languages`)"])
-    languages = {lang: share / rest * (1.0 - fraction) for lang, share in others.items()}
-    languages["zh"] = fraction
-    languages = {lang: share for lang, share in languages.items() if share > 0}
-    return replace(loaded, spec=pack.model_copy(update={"languages": languages}))
-
-
-def pack_config(pack: PackSpec, n: int, seed: int, test_fraction: float) -> GenerationConfig:
-    """The generator settings recorded in the manifest (the validation reads the category
-    mix from them). Without a `category_mix`, the project's default mix over the pack's
-    categories."""
-    mix = pack.category_mix
-    if mix is None:
-        present = {intent.category for intent in pack.intents}
-        total = sum(share for c, share in DEFAULT_MIX.items() if c in present)
-        mix = {c: share / total for c, share in DEFAULT_MIX.items() if c in present}
-    return GenerationConfig(
-        n=n,
-        seed=seed,
-        test_fraction=test_fraction,
-        chinese_fraction=pack.languages.get("zh", 0.0),
-        category_mix={c: s for c, s in mix.items() if s > 0},
-    )
-
-
-def category_plan(config: GenerationConfig, rng: random.Random) -> list[Category]:
-    """The category of every row: the target mix in exact counts (largest remainder), in a
-    seeded random order.
-
-    Independent weighted draws miss the mix by a binomial error: at 120 rows a share of 0.33
-    is off by more than the validation's 0.08 tolerance about one run in twenty, and the
-    dataset DAG (a new seed every run) then refuses its own output.
-    """
-    mix = {c: share for c, share in config.category_mix.items() if share > 0}
-    total = sum(mix.values())
-    exact = {c: config.n * share / total for c, share in mix.items()}
-    counts = {c: int(value) for c, value in exact.items()}
-    by_remainder = sorted(mix, key=lambda c: (counts[c] - exact[c], list(mix).index(c)))
-    for category in by_remainder[: config.n - sum(counts.values())]:
-        counts[category] += 1
-    plan = [c for c, count in counts.items() for _ in range(count)]
-    rng.shuffle(plan)
-    return plan
-
-
-def template_pools(pack: PackSpec) -> dict[tuple[str, str], dict[str, list[str]]]:
-    """(intent, language) -> split -> template keys (`lang/tid`)."""
-    pools: dict[tuple[str, str], dict[str, list[str]]] = {}
-    for intent in pack.intents:
-        for lang in pack.languages:
-            ids = [template_id(pack.pack, intent.name, lang, t) for t in intent.phrasings[lang]]
-            test = held_out(ids)
-            pools[(intent.name, lang)] = {
-                "train": [i for i in ids if i not in test],
-                "test": [i for i in ids if i in test],
-            }
-    return pools
-
-
-def plan_rows(pack: PackSpec, config: GenerationConfig) -> list[PlannedRow]:
-    """Every row's split, intent, language, template, slots and query, from the seed alone."""
-    rng = random.Random(f"{pack.pack}/{config.seed}")
-    by_category: dict[Category, list[IntentSpec]] = {}
-    for intent in pack.intents:
-        by_category.setdefault(intent.category, []).append(intent)
-    plan = category_plan(config, rng)
-    pools = template_pools(pack)
-    languages, weights = list(pack.languages), list(pack.languages.values())
-    decks: dict[Category, list[IntentSpec]] = {}
-    seen: set[str] = set()
-    shapes: dict[str, set[str]] = {"train": set(), "test": set()}
-    rows: list[PlannedRow] = []
-    for index in range(config.n):
-        split = "test" if rng.random() < config.test_fraction else "train"
-        other = "train" if split == "test" else "test"
-        category = plan[index]
-        for _attempt in range(config.max_attempts_per_row):
-            # Intents are dealt from a shuffled deck per category, not drawn with
-            # replacement: independent draws leave a rare intent (and the only tool it
-            # uses) out of a small dataset now and then, which the coverage check rightly
-            # refuses; a deck visits every intent of a category before any repeats.
-            deck = decks.get(category)
-            if not deck:
-                deck = list(by_category[category])
-                rng.shuffle(deck)
-                decks[category] = deck
-            intent = deck.pop()
-            lang = rng.choices(languages, weights)[0]
-            template = rng.choice(pools[(intent.name, lang)][split])
-            slots = draw_slots(intent, pack, lang, rng)
-            body = render_text(intent.phrasings[lang][template.rsplit("/", 1)[1]], slots)
-            decorations = pack.decorations.get(lang) or DECORATIONS.get(lang)
-            prefixes, suffixes = (
-                (decorations.prefixes, decorations.suffixes) if decorations else ([""], [""])
-            )
-            query = f"{rng.choice(prefixes)}{body}{rng.choice(suffixes)}"
-            norm, shape = normalise_query(query), query_shape(query)
-            if norm in seen or shape in shapes[other]:
-                continue
-            seen.add(norm)
-            shapes[split].add(shape)
-            rows.append(PlannedRow(split, intent, lang, template, query, slots))
-            break
-        else:
-            raise GenerationError(
-                f"no new unique prompt after {config.max_attempts_per_row} attempts at row "
-                f"{index} ({category.value}): the pack's templates and slot values are "
-                "exhausted; lower n or add phrasings or values"
-            )
-    return rows
-
-
-def _system_prompt(pack: PackSpec, lang: str) -> str:
-    return pack.system_prompts.get(lang) or SYSTEM_PROMPTS[lang]
-
-
-def build_row(
-    index: int,
-    planned: PlannedRow,
-    truth: RowTruth,
-    pack: PackSpec,
-    tools_kwargs: dict[str, Any],
-) -> dict[str, Any]:
-    """One row of the dataset contract (`training.data.schema`, docs/ARCHITECTURE.md)."""
-    intent = planned.intent
-    ground = GroundTruth(
-        category=intent.category,
-        steps=truth.steps,
-        results=truth.results,
-        answers=truth.answers,
-        missing_argument=intent.missing.argument if intent.missing else None,
-    )
-    return {
-        "data_source": DATA_SOURCE,
-        "agent_name": AGENT_NAME,
-        "ability": "tool_use",
-        "prompt": [
-            {"role": "system", "content": _system_prompt(pack, planned.lang)},
-            {"role": "user", "content": planned.query},
-        ],
-        "reward_model": {"style": "rule", "ground_truth": ground.to_json()},
-        "extra_info": {
-            "index": index,
-            "split": planned.split,
-            "query": planned.query,
-            "need_tools_kwargs": True,
-            "tools_kwargs": tools_kwargs,
-        },
-        "query": planned.query,
-        "language": planned.lang,
-        "category": intent.category.value,
-        "difficulty": intent.difficulty.value,
-        "num_steps": len(ground.steps),
-        "tools_used": sorted({c.name for c in ground.expected_calls}),
-        "expected_calls": json.dumps(
-            [[c.model_dump() for c in s] for s in ground.steps], ensure_ascii=False, sort_keys=True
-        ),
-        "template_id": planned.template,
-    }
 
 
 async def execute_plan(
@@ -343,85 +138,60 @@ def generator_kind(client: McpClient) -> str:
     return PACK_KIND
 
 
-def _fingerprint(snapshot: list[dict[str, Any]]) -> str:
-    text = json.dumps(snapshot, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def build_manifest(
-    rows: list[dict[str, Any]],
-    config: GenerationConfig,
-    loaded: LoadedPack,
-    snapshot: list[dict[str, Any]],
-    store: CallStore,
-    store_ref: str,
-    executor: CallExecutor,
-    invalid: list[tuple[PlannedRow, InvalidRowError]],
-    pack_tools: list[str],
-    kind: str = PACK_KIND,
-) -> dict[str, Any]:
-    """The built-in manifest's keys, plus `pack` (which pack, held-out templates, invalid
-    rows) and `call_store` (where the executed calls are, and their digest)."""
+async def _checked_tools(loaded: LoadedPack, client: McpClient) -> dict[str, ServerTool]:
+    """The pack server's tools, once the pack is checked against their schemas (PackError
+    names every problem)."""
     pack = loaded.spec
+    tools = await server_tools(client, pack.server)
+    if not tools:
+        raise PackError([f"{loaded.path}: server {pack.server!r} lists no tools"])
+    problems = check_pack(loaded, {name: t.input_schema for name, t in tools.items()})
+    if problems:
+        raise PackError(problems)
+    return tools
 
-    def counts(key: str) -> dict[str, int]:
-        return dict(sorted(Counter(str(r[key]) for r in rows).items()))
 
-    tool_counts = Counter(t for r in rows for t in r["tools_used"])
-    pools = template_pools(pack)
-    held = {
-        category.value: {
-            "train": sum(
-                len(pools[(i.name, lang)]["train"])
-                for i in pack.intents
-                if i.category is category
-                for lang in pack.languages
-            ),
-            "test": sum(
-                len(pools[(i.name, lang)]["test"])
-                for i in pack.intents
-                if i.category is category
-                for lang in pack.languages
-            ),
-        }
-        for category in Category
-        if any(i.category is category for i in pack.intents)
-    }
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "dataset_version": dataset_version(rows),
-        "catalog_fingerprint": _fingerprint(snapshot),
-        "generator": {"kind": kind, **config.model_dump(mode="json")},
-        "rows": len(rows),
-        "splits": dict(sorted(Counter(r["extra_info"]["split"] for r in rows).items())),
-        "category": counts("category"),
-        "difficulty": counts("difficulty"),
-        "language": counts("language"),
-        "tools": {name: tool_counts.get(name, 0) for name in pack_tools},
-        "tools_file": TOOLS_FILE,
-        "pack": {
-            "name": pack.pack,
-            "server": pack.server,
-            "file": str(loaded.path),
-            "sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
-            "languages": dict(pack.languages),
-            "stateful": pack.stateful,
-            "data_files": dict(loaded.data_files),
-            "templates": held,
-            "planned_rows": len(rows) + len(invalid),
-            "invalid_rows": len(invalid),
-            "invalid_reasons": count_reasons([e for _, e in invalid]),
-            "invalid_examples": [f"{p.template}: {e}"[:300] for p, e in invalid[:5]],
-        },
-        "call_store": {
-            "path": store_ref,
-            "digest": store.digest(),
-            "calls": len(store),
-            "sent": executor.stats.sent,
-            "from_store": executor.stats.from_store,
-            "shared_in_flight": executor.stats.shared,
-        },
-    }
+def _invalid_rows(
+    plan: list[PlannedRow],
+    outcomes: list[RowTruth | InvalidRowError],
+    max_invalid_fraction: float,
+) -> list[tuple[PlannedRow, InvalidRowError]]:
+    """The rows whose calls failed; GenerationError past `max_invalid_fraction` of the plan
+    (a broken pack or server, not noise)."""
+    invalid = [
+        (p, o) for p, o in zip(plan, outcomes, strict=True) if isinstance(o, InvalidRowError)
+    ]
+    if len(invalid) > max_invalid_fraction * len(plan):
+        reasons = count_reasons([e for _, e in invalid])
+        examples = "\n".join(f"  {p.template}: {e}"[:300] for p, e in invalid[:5])
+        raise GenerationError(
+            f"{len(invalid)} of {len(plan)} rows are invalid (over "
+            f"{max_invalid_fraction:.0%}): {reasons}\n{examples}"
+        )
+    return invalid
+
+
+def _valid_rows(
+    plan: list[PlannedRow],
+    outcomes: list[RowTruth | InvalidRowError],
+    pack: PackSpec,
+    tools_used: list[str],
+) -> list[dict[str, Any]]:
+    """The dataset rows of the executed plan rows, numbered in plan order."""
+    tools_kwargs = {name: {"create_kwargs": {"data_source": DATA_SOURCE}} for name in tools_used}
+    rows: list[dict[str, Any]] = []
+    for planned, outcome in zip(plan, outcomes, strict=True):
+        if isinstance(outcome, RowTruth):
+            rows.append(build_row(len(rows), planned, outcome, pack, tools_kwargs))
+    return rows
+
+
+def _store_ref(store_path: Path, out_dir: Path) -> str:
+    """The store's path as the manifest records it: relative to the dataset when inside it."""
+    try:
+        return str(store_path.resolve().relative_to(out_dir.resolve()))
+    except ValueError:
+        return str(store_path.resolve())
 
 
 async def generate_pack_dataset(
@@ -448,12 +218,7 @@ async def generate_pack_dataset(
     not recorded)."""
     loaded = with_chinese_fraction(loaded, chinese_fraction)
     pack = loaded.spec
-    tools = await server_tools(client, pack.server)
-    if not tools:
-        raise PackError([f"{loaded.path}: server {pack.server!r} lists no tools"])
-    problems = check_pack(loaded, {name: t.input_schema for name, t in tools.items()})
-    if problems:
-        raise PackError(problems)
+    tools = await _checked_tools(loaded, client)
     config = pack_config(pack, n, seed, test_fraction)
     plan = plan_rows(pack, config)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -461,36 +226,19 @@ async def generate_pack_dataset(
     with CallStore(store_path) as store:
         executor = CallExecutor.for_pack(client, pack, tools, store, concurrency)
         outcomes = await execute_plan(plan, executor, pack, tools, progress)
-        invalid = [
-            (p, o) for p, o in zip(plan, outcomes, strict=True) if isinstance(o, InvalidRowError)
-        ]
-        if len(invalid) > max_invalid_fraction * len(plan):
-            reasons = count_reasons([e for _, e in invalid])
-            examples = "\n".join(f"  {p.template}: {e}"[:300] for p, e in invalid[:5])
-            raise GenerationError(
-                f"{len(invalid)} of {len(plan)} rows are invalid (over "
-                f"{max_invalid_fraction:.0%}): {reasons}\n{examples}"
-            )
+        invalid = _invalid_rows(plan, outcomes, max_invalid_fraction)
         used = sorted(
             {tools[c.tool].exposed for i in pack.intents for s in i.steps for c in step_calls(s)}
         )
-        tools_kwargs = {name: {"create_kwargs": {"data_source": DATA_SOURCE}} for name in used}
-        rows: list[dict[str, Any]] = []
-        for planned, outcome in zip(plan, outcomes, strict=True):
-            if isinstance(outcome, RowTruth):
-                rows.append(build_row(len(rows), planned, outcome, pack, tools_kwargs))
+        rows = _valid_rows(plan, outcomes, pack, used)
         snapshot = tools_snapshot(tools, pack.server)
-        try:
-            store_ref = str(store_path.resolve().relative_to(out_dir.resolve()))
-        except ValueError:
-            store_ref = str(store_path.resolve())
         manifest = build_manifest(
             rows,
             config,
             loaded,
             snapshot,
             store,
-            store_ref,
+            _store_ref(store_path, out_dir),
             executor,
             invalid,
             used,
