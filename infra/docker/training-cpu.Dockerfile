@@ -18,8 +18,10 @@ RUN python -m venv /opt/venv \
         ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
         ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
         -r requirements-training-cpu.txt \
-    && if /opt/venv/bin/pip list 2>/dev/null | grep -iE '^(nvidia-|vllm|triton )'; then \
-        echo "CUDA packages in the CPU image" >&2; exit 1; fi
+    && /opt/venv/bin/python -c "import importlib.metadata as m, sys; \
+bad = sorted(d.metadata['Name'] for d in m.distributions() \
+             if d.metadata['Name'].lower().startswith(('nvidia-', 'vllm', 'triton'))); \
+sys.exit(f'CUDA packages in the CPU image: {bad}' if bad else 0)"
 COPY pyproject.toml README.md ./
 COPY training ./training
 COPY serving ./serving

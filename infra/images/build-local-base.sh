@@ -25,6 +25,7 @@
 #   DEBIAN_MIRROR=http://deb.debian.org/debian
 #   BUILD_PROJECT_IMAGES=1|0      also build the project images (default 1)
 #   PROJECT_IMAGES="training-cpu mlflow mcp"   which ones, in order
+#   FORCE_IMPORT=0|1              re-import the root file system even if the image exists
 #   BUILD_BASE_IMAGES=1|0         build the three base images first (default 1)
 #   TIMINGS_FILE=/var/tmp/toolrl-build-timings.tsv   name, seconds, exit status per step
 set -euo pipefail
@@ -71,6 +72,11 @@ make_rootfs() {
 }
 
 import_rootfs() {
+    # A new import is a new image ID, which would rebuild everything above it: keep the
+    # existing one unless FORCE_IMPORT=1.
+    if [ "${FORCE_IMPORT:-0}" != 1 ] && docker image inspect "$BASE" >/dev/null 2>&1; then
+        echo "$BASE exists (FORCE_IMPORT=1 re-imports)"; return 0
+    fi
     # apt inside the image uses the same mirror; no recommends, no caches.
     printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' \
         > "$ROOTFS_DIR/etc/apt/apt.conf.d/99toolrl-norecommends"

@@ -6,7 +6,10 @@
 # directory made by one major version does not open with another.
 ARG BASE_IMAGE=toolrl/debian-base:bookworm
 FROM ${BASE_IMAGE}
-RUN apt-get update \
+# No "main" cluster from the package's postinst: the entrypoint runs initdb into $PGDATA.
+RUN mkdir -p /etc/postgresql-common/createcluster.d \
+    && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/toolrl.conf \
+    && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         postgresql-15 postgresql-client-15 \
     && rm -rf /var/lib/apt/lists/* \

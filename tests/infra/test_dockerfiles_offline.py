@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 DOCKERFILES = sorted(DOCKER_DIR.glob("*.Dockerfile"))
-IMAGES = {"airflow", "training", "serving", "mcp", "mlflow"}
+IMAGES = {"airflow", "training", "training-cpu", "serving", "mcp", "mlflow", "s3-emulator"}
 
 
 def _instructions(path: Path) -> list[tuple[str, str, str]]:
