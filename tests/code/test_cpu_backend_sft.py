@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from serving.tools import get_catalog
-from testkit.datasets import builtin_rows
+from testkit.dataset_rows import builtin_rows
 from training.cpu_backend.episodes import cpu_renderer
 from training.cpu_backend.sft import sft_rows, tokenize_rows, trajectory
 from training.rewards.config import RewardConfig

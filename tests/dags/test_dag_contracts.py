@@ -45,7 +45,7 @@ def test_templated_fields_pull_only_fields_of_the_producers_contract(dagbag: Any
 
 
 def test_the_retraining_graph_is_plan_train_evaluate_gate_register_promote(dagbag: Any) -> None:
-    dag = dagbag.get_dag("toolcall_retraining")
+    dag = dagbag.dags["toolcall_retraining"]
     upstream = {task.task_id: set(task.upstream_task_ids) for task in dag.tasks}
     assert upstream == {
         "plan_spec": set(),
@@ -61,7 +61,7 @@ def test_the_retraining_graph_is_plan_train_evaluate_gate_register_promote(dagba
         "reload_serving": {"promote"},
         "notify": {"promote", "gate", "reload_serving"},
     }
-    dataset = dagbag.get_dag("toolcall_dataset")
+    dataset = dagbag.dags["toolcall_dataset"]
     assert {t.task_id: set(t.upstream_task_ids) for t in dataset.tasks} == {
         "generate": set(),
         "validate": {"generate"},

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from testkit.datasets import builtin_rows
+from testkit.dataset_rows import builtin_rows
 from training.data.paraphrase import ParaphraseConfig, paraphrase_rows
 
 Reply = Callable[[str], tuple[int, str]]
