@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,31 +32,10 @@ from typing import Any
 
 import torch
 
+from serving.engine.cpu_dtype import cpu_facts
+
 RESULTS = Path(__file__).parent / "results" / "cpu_steps.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_smollm2.yaml"
-
-
-def cpu_facts() -> dict[str, Any]:
-    from training.cpu_backend.compute_dtype import choose, cpu_flags
-
-    flags = cpu_flags()
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    return {
-        "model_name": model,
-        "cpus": os.cpu_count(),
-        "flags": sorted(f for f in flags if f in wanted),
-        "auto_dtype": choose("auto", flags).dtype,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
 
 
 def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 8) -> float:

@@ -64,3 +64,31 @@ def choose(requested: str, flags: frozenset[str] | None = None) -> DtypeChoice:
         "auto: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 flag), and emulated "
         "bf16 runs about 10x slower than float32",
     )
+
+
+def cpu_facts() -> dict[str, object]:
+    """What every CPU figure is recorded with: the model name, core count, the flags that
+    decide its speed (bf16 native or not), the dtype `auto` picks, and the torch build."""
+    import os
+    import platform
+
+    import torch
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = cpu_flags()
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    return {
+        "model_name": model,
+        "cpus": os.cpu_count(),
+        "flags": sorted(f for f in flags if f in wanted),
+        "auto_dtype": choose("auto", flags).dtype,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }

@@ -11,7 +11,9 @@ results are merged through their log-sum-exp, exactly as one softmax over both. 
 projections and MLPs, most of the FLOPs, run once over all tokens; attention costs what the
 rows need and no more; nothing is padded and the prefix is never copied.
 
-Keys and values live per row (`_RowBuffer`, appended in place) and for the prefix. Positions
+Keys and values live in one slot per row (`row_store.py`, appended in place) and once for
+the prefix; a decode step (one token per row) attends in one batched call
+(`decode_attention.py`). Positions
 are explicit, so every row's numbers are those of a separate forward
 (`tests/code/test_engine_packed.py`).
 
@@ -22,6 +24,7 @@ row's trained positions attend to its frozen context and to each other, with gra
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +38,9 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from serving.engine.decode_attention import decode_attention
+from serving.engine.row_store import RowStore
+
 SHARED = -1
 """Row id of the shared prefix."""
 ATTENTION = "toolrl_packed"
@@ -46,34 +52,12 @@ _ONE = torch.ones((1, 1, 1, 1), dtype=torch.bool)
 attention ignores it (visibility comes from the layout)."""
 
 
-class _RowBuffer:
-    """Keys or values of one row in one layer, appended in place (capacity doubling)."""
-
-    def __init__(self, like: torch.Tensor) -> None:
-        self.data = like.new_empty((like.shape[0], like.shape[1], 64, like.shape[3]))
-        self.length = 0
-
-    def append(self, states: torch.Tensor) -> None:
-        needed = self.length + states.shape[-2]
-        if needed > self.data.shape[-2]:
-            grown = self.data.new_empty(
-                (*self.data.shape[:2], max(needed, 2 * self.data.shape[-2]), self.data.shape[3])
-            )
-            grown[..., : self.length, :] = self.data[..., : self.length, :]
-            self.data = grown
-        self.data[..., self.length : needed, :] = states
-        self.length = needed
-
-    def view(self) -> torch.Tensor:
-        return self.data[..., : self.length, :]
-
-
 @dataclass
 class _Layer:
     prefix_keys: torch.Tensor | None = None
     prefix_values: torch.Tensor | None = None
-    keys: dict[int, _RowBuffer] = field(default_factory=dict)
-    values: dict[int, _RowBuffer] = field(default_factory=dict)
+    keys: RowStore = field(default_factory=RowStore)
+    values: RowStore = field(default_factory=RowStore)
 
 
 @dataclass
@@ -85,6 +69,9 @@ class _Layout:
     rows: list[int]
     counts: list[int]
     prefix_used: list[int]
+    # extend mode: each row's slot in the row store and its length before this forward
+    slots: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
     # gradient mode: each row's frozen context (keys, values, positions) per layer, and
     # the positions of its query tokens
     context: list[list[tuple[torch.Tensor, torch.Tensor]]] | None = None
@@ -119,14 +106,15 @@ class _PackedCache(Cache):
         if layout.mode == "prefix":
             layer.prefix_keys, layer.prefix_values = key_states, value_states
             return key_states, value_states
+        if all(count == 1 for count in layout.counts):
+            slots, starts = torch.tensor(layout.slots), torch.tensor(layout.starts)
+            layer.keys.write_one_each(slots, starts, key_states[0])
+            layer.values.write_one_each(slots, starts, value_states[0])
+            return key_states, value_states
         start = 0
-        for row, count in zip(layout.rows, layout.counts, strict=True):
-            part = slice(start, start + count)
-            if row not in layer.keys:
-                layer.keys[row] = _RowBuffer(key_states)
-                layer.values[row] = _RowBuffer(value_states)
-            layer.keys[row].append(key_states[..., part, :])
-            layer.values[row].append(value_states[..., part, :])
+        for slot, offset, count in zip(layout.slots, layout.starts, layout.counts, strict=True):
+            layer.keys.write(slot, offset, key_states[0, :, start : start + count])
+            layer.values.write(slot, offset, value_states[0, :, start : start + count])
             start += count
         return key_states, value_states
 
@@ -237,13 +225,58 @@ def packed_attention(
         return _gradient_attention(
             layout, module.layer_idx, layer, query, key, value, scale, groups
         ), None
+    return _extend_rows(layout, layer, query, scale, groups), None
+
+
+def _decode_rows(
+    layout: _Layout, layer: _Layer, query: torch.Tensor, scale: float, members: list[int]
+) -> torch.Tensor:
+    """The rows `members` (indices into the layout) each bring one token, found at
+    `query[..., i, :]` for the i-th entry's offset: one batched call for all of them
+    (`decode_attention.py`). Returns [rows, heads, dim] in `members` order."""
+    offsets = torch.tensor(layout.counts).cumsum(0) - 1
+    slots = torch.tensor([layout.slots[i] for i in members])
+    lengths = torch.tensor([layout.starts[i] + 1 for i in members])
+    width = int(lengths.max())
+    return decode_attention(
+        query[0].index_select(1, offsets[members]).transpose(0, 1),
+        layer.keys.gather(slots, width),
+        layer.values.gather(slots, width),
+        lengths,
+        layer.prefix_keys,
+        layer.prefix_values,
+        torch.tensor([layout.prefix_used[i] for i in members]),
+        scale,
+    )
+
+
+def _extend_rows(
+    layout: _Layout, layer: _Layer, query: torch.Tensor, scale: float, groups: int
+) -> torch.Tensor:
+    """Every row's new tokens over its prefix part and its own earlier tokens. Rows that
+    bring one token (decoding) go in one batched call; a prompt gathers [prefix | own] for
+    one softmax; a few tokens (a tool result) attend to their row, merged through
+    log-sum-exp with one prefix call per prefix length. Returns [1, tokens, heads, dim]."""
+    decoding = [i for i, count in enumerate(layout.counts) if count == 1]
+    if len(decoding) == len(layout.counts):
+        return _decode_rows(layout, layer, query, scale, decoding)[None]
     own: list[tuple[torch.Tensor, torch.Tensor]] = []
     merged: list[torch.Tensor] = []
     bounds: list[tuple[int, int]] = []
     whole: set[int] = set()
     start = 0
-    for index, (row, count) in enumerate(zip(layout.rows, layout.counts, strict=True)):
-        keys, values = layer.keys[row].view(), layer.values[row].view()
+    decoded = _decode_rows(layout, layer, query, scale, decoding) if decoding else None
+    for index, count in enumerate(layout.counts):
+        if decoded is not None and count == 1:
+            out = decoded[decoding.index(index)][None, :, None, :]
+            own.append((out, out.new_zeros(0)))
+            merged.append(out)
+            whole.add(index)
+            bounds.append((start, start + count))
+            start += count
+            continue
+        slot, length = layout.slots[index], layout.starts[index] + count
+        keys, values = layer.keys.view(slot, length), layer.values.view(slot, length)
         q = query[..., start : start + count, :]
         used = layout.prefix_used[index] if layer.prefix_keys is not None else 0
         if count >= _FLASH_MIN_QUERIES and layer.prefix_values is not None:
@@ -288,7 +321,7 @@ def packed_attention(
                 merged[i] = _merge(own[i], shared)
                 offset += width
     out = torch.cat(merged, dim=-2)
-    return out.transpose(1, 2).contiguous(), None
+    return out.transpose(1, 2).contiguous()
 
 
 def _gradient_attention(
@@ -377,6 +410,9 @@ class PackedKV:
         self.cache = _PackedCache(self)
         self.lengths: dict[int, int] = {}
         self.row_prefix: dict[int, int] = {}
+        self.slots: dict[int, int] = {}
+        """Each row's slot in the layers' row stores (`row_store.py`), reused when freed."""
+        self._free_slots: list[int] = []
         self.prefix_length = 0
         self.prefix_tokens: list[int] = []
 
@@ -409,6 +445,7 @@ class PackedKV:
             raise ValueError(f"row {row} is already in use")
         self.row_prefix[row] = used
         self.lengths[row] = 0
+        self.slots[row] = heapq.heappop(self._free_slots) if self._free_slots else len(self.slots)
 
     @torch.no_grad()
     def extend(
@@ -461,6 +498,8 @@ class PackedKV:
             chunk_rows,
             [len(p) for p in pieces],
             [self.row_prefix[r] for r in chunk_rows],
+            slots=[self.slots[r] for r in chunk_rows],
+            starts=[self.lengths[r] for r in chunk_rows],
         )
         hidden = self._run(layout, [t for p in pieces for t in p], positions)
         start = 0
@@ -491,13 +530,12 @@ class PackedKV:
 
     def drop_rows(self, rows: Sequence[int]) -> None:
         """Forget rows (finished requests): their keys leave the cache."""
-        for layer in self.layers:
-            for row in rows:
-                layer.keys.pop(row, None)
-                layer.values.pop(row, None)
         for row in rows:
             self.lengths.pop(row, None)
             self.row_prefix.pop(row, None)
+            slot = self.slots.pop(row, None)
+            if slot is not None:
+                heapq.heappush(self._free_slots, slot)
 
     def gradient_forward(
         self,
@@ -515,11 +553,12 @@ class PackedKV:
             cached = torch.arange(used, used + self.lengths[row])
             keep = (~torch.isin(cached, wanted)).nonzero().squeeze(-1)
             context_positions.append(cached[keep])
+            slot, length = self.slots[row], self.lengths[row]
             context.append(
                 [
                     (
-                        layer.keys[row].view().index_select(-2, keep),
-                        layer.values[row].view().index_select(-2, keep),
+                        layer.keys.view(slot, length).index_select(-2, keep),
+                        layer.values.view(slot, length).index_select(-2, keep),
                     )
                     for layer in self.layers
                 ]
