@@ -12,6 +12,7 @@ the real engine on the real tiny model.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,7 +27,7 @@ from serving.renderer import ChatRenderer
 from serving.tools import get_catalog
 from serving.tools.base import ToolContext
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer
-from training.cpu_backend.rollouts import EpisodeRollouts, RolloutError
+from training.cpu_backend.rollouts import EpisodeRollouts, Resampling, RolloutError, flat_groups
 from training.model.prepare import chat_template
 from training.model.tokenizer import build_tokenizer
 
@@ -199,3 +200,59 @@ def test_the_real_engine_on_the_tiny_model(server: RunningServer, tmp_path: Path
         sampled = [t for turn in trajectory.turns for t in turn.token_ids]
         assert [t for t, m in zip(ids, mask, strict=True) if m] == sampled
     assert out["prompt_ids"][0] == renderer.ids(batch[0], _tools(server))
+
+
+def test_dynamic_sampling_replaces_a_group_without_reward_spread(
+    server: RunningServer, renderer: ChatRenderer
+) -> None:
+    """Groups of two: one group whose two rollouts score alike is replaced by a drawn train
+    row whose rollouts differ; the group with spread is kept; the reward sees the
+    replacement's ground truth. The scorer here is the test's own (1 for "right")."""
+    flat, kept, useless, useful = (
+        "Alike question?",
+        "Split question?",
+        "Other alike question?",
+        "Replacement question?",
+    )
+    engine = ScriptedEngine(
+        renderer,
+        {
+            flat: ["right", "right"],
+            kept: ["right", "wrong"],
+            useless: ["wrong", "wrong"],
+            useful: ["wrong", "right"],
+        },
+    )
+
+    def row(question: str, index: int) -> dict[str, Any]:
+        return {
+            "prompt": prompt(question),
+            "reward_model": {"ground_truth": question},
+            "extra_info": {"index": index, "split": "train"},
+        }
+
+    def score(ids: Any, truths: Any) -> list[float]:
+        return [float("right" in renderer.tokenizer.decode(list(i))) for i in ids]
+
+    batch = [row(flat, 0), row(flat, 0), row(kept, 1), row(kept, 1)]
+    rollout = rollouts(renderer, server.url)
+    rollout.resampling = Resampling([row(useless, 2), row(useful, 3)], score, rounds=2, seed=0)
+    metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list)}
+    state = trainer(engine, batch)
+    state.num_generations, state._metrics = 2, metrics
+    out = rollout([r["prompt"] for r in batch], state)
+
+    assert [info["index"] for info in out["extra_info"]] == [3, 3, 1, 1]
+    assert out["reward_model"][0] == {"ground_truth": useful}
+    texts = [renderer.tokenizer.decode(ids) for ids in out["completion_ids"]]
+    assert ["right" in t for t in texts] == [False, True, True, False]
+    assert rollout.last_stats["flat_groups_drawn"] == 1
+    assert rollout.last_stats["flat_groups_kept"] == 0
+    assert rollout.last_stats["extra_rollouts"] in (2, 4)  # the alike draw first, or not
+    assert metrics["train"]["dynamic_sampling/flat_groups_kept"] == [0.0]
+
+
+def test_flat_groups_are_the_runs_of_equal_rewards() -> None:
+    assert flat_groups([1, 1, 0, 1, 0.5, 0.5], 2) == [0, 2]
+    assert flat_groups([0.2, 0.2, 0.2, 0.2], 4) == [0]
+    assert flat_groups([], 4) == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer
 from training.cpu_backend.packed_loss import frozen_context_completion_logps
 from training.cpu_backend.precision import PrecisionMixin
 from training.cpu_backend.prefix import completion_logps
-from training.cpu_backend.reward import ProjectReward
-from training.cpu_backend.rollouts import EpisodeRollouts
+from training.cpu_backend.reward import ProjectReward, score_completions
+from training.cpu_backend.rollouts import EpisodeRollouts, Resampling
 from training.spec.model import TrainingSpec
 
 #: verl's `actor.loss_agg_mode` -> TRL's `loss_type` (how token losses become one number).
@@ -264,14 +265,29 @@ def rollout_settings(spec: TrainingSpec) -> EpisodeSettings:
     )
 
 
-def episode_rollouts(spec: TrainingSpec, tokenizer: Any, mcp_url: str) -> EpisodeRollouts:
-    """TRL's `rollout_func` for this spec (`rollouts.py`)."""
+def episode_rollouts(
+    spec: TrainingSpec,
+    tokenizer: Any,
+    mcp_url: str,
+    pool: Sequence[Mapping[str, Any]] = (),
+) -> EpisodeRollouts:
+    """TRL's `rollout_func` for this spec (`rollouts.py`); with `cpu.resample_rounds`,
+    flat groups are replaced by groups drawn from `pool` (the train rows)."""
+    resampling = None
+    if spec.cpu.resample_rounds and pool:
+        config = spec.reward.model_copy(update={"call_format": spec.model.call_format})
+
+        def score(ids: Sequence[Sequence[int]], truths: Sequence[object]) -> list[float]:
+            return [float(s["score"]) for s in score_completions(tokenizer, ids, truths, config)[1]]
+
+        resampling = Resampling(pool, score, spec.cpu.resample_rounds, spec.cpu.seed)
     return EpisodeRollouts(
         cpu_renderer(tokenizer, spec.model.enable_thinking),
         mcp_url,
         rollout_settings(spec),
         spec.cpu.threads,
         tool_timeout_s=spec.tools.timeout_s,
+        resampling=resampling,
     )
 
 
@@ -306,6 +322,7 @@ def run_grpo(
     if resume is not None and resume >= planned:
         return GrpoResult(actor_path(run_dir, resume), resume, planned, 0, 0.0, 0, False, resume)
     args = GRPOConfig(**grpo_arguments(spec, run_dir / ".trainer"))
+    rows = grpo_rows(train_file)
     layout = LayoutCallback(
         run_dir,
         spec.checkpoint.keep,
@@ -321,9 +338,9 @@ def run_grpo(
             model=str(start_model),
             reward_funcs=[reward],  # type: ignore[list-item]
             args=args,
-            train_dataset=Dataset.from_list(grpo_rows(train_file)),
+            train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
-            rollout_func=episode_rollouts(spec, tokenizer, mcp_url),
+            rollout_func=episode_rollouts(spec, tokenizer, mcp_url, rows),
             callbacks=[layout, drift, meter, *(callbacks or [])],
         )
     trainer.frozen_context = spec.cpu.frozen_context

@@ -214,6 +214,14 @@ class CpuSection(_Section):
     grpo_steps: int = Field(default=20, ge=1, description="GRPO optimizer steps.")
     grpo_lr: float = Field(default=5e-5, gt=0, description="GRPO learning rate.")
     prompts_per_step: int = Field(default=4, ge=1, description="Prompts per GRPO step.")
+    resample_rounds: int = Field(
+        default=0,
+        ge=0,
+        le=8,
+        description="Dynamic sampling: extra generation rounds per GRPO step that replace "
+        "each group whose rollouts all scored alike (zero advantage, no signal) with a fresh "
+        "train prompt's group that differs (cpu_backend/rollouts.py `Resampling`). 0: off.",
+    )
     max_completion_length: int = Field(
         default=192,
         ge=16,
