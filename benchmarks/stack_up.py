@@ -2,6 +2,7 @@
 networking and loopback ports only, and time each service to healthy.
 
     python3 benchmarks/stack_up.py [--down] [--keep]
+    python3 benchmarks/stack_up.py --record-build /var/tmp/toolrl-build-timings.tsv
 
 Images come from infra/images/build-local-base.sh (run that first). Every container runs with
 `--network host` and listens on 127.0.0.1 only; the compose service names the images expect
@@ -216,11 +217,52 @@ def up() -> dict[str, Any]:
             "network": "host networking, every port on 127.0.0.1; service names via --add-host"}
 
 
+IMAGES = {  # tag -> what it is
+    "toolrl/debian-base:bookworm": "debootstrap --variant=minbase bookworm, docker import",
+    "toolrl/python:3.11-bookworm": "Debian python3.11 (3.11.2) + venv, pip 25.2",
+    "toolrl/postgres:15-bookworm": "Debian PostgreSQL 15, official-image entrypoint contract",
+    "toolrl/airflow:3.3.2-python3.11": "apache-airflow[postgres]==3.3.2 as user airflow",
+    "toolrl-training-cpu:0.1.0": "CPU torch 2.13.0+cpu, TRL CPU backend, verl, ray[default]",
+    "toolrl-mlflow:3.17.2": "mlflow[auth] 3.17.2, psycopg2, boto3",
+    "toolrl-s3-emulator:5.2": "moto[server]: in-memory S3 EMULATOR, not MinIO",
+    "toolrl-mcp:0.1.0": "toolrl core + MCP server",
+    "toolrl-airflow:0.1.0": "Airflow 3.3.2 + toolrl[orchestration]",
+}
+
+
+def record_build(timings: Path) -> dict[str, Any]:
+    steps = []
+    for line in timings.read_text().splitlines():
+        name, seconds, rc = line.split("\t")
+        steps.append({"step": name, "seconds": float(seconds), "exit_code": int(rc)})
+    images = {}
+    for tag, what in IMAGES.items():
+        out = docker("image", "inspect", tag, "--format", "{{.Size}}", check=False)
+        if out.returncode == 0:
+            size = int(out.stdout.strip())
+            images[tag] = {"bytes": size, "gb": round(size / 1e9, 2), "what": what}
+    return {"measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "steps": steps, "images": images}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--down", action="store_true", help="remove the containers and exit")
     parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    parser.add_argument("--record-build", type=Path, metavar="TIMINGS_TSV",
+                        help="merge build-local-base.sh's timings and the image sizes, then exit")
     ns = parser.parse_args()
+    if ns.record_build:
+        data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        build = record_build(ns.record_build)
+        previous = {s["step"]: s for s in data.get("build", {}).get("steps", [])}
+        previous.update({s["step"]: s for s in build["steps"]})
+        build["steps"] = list(previous.values())
+        data["build"] = build
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+        print(json.dumps(build, indent=2))
+        return 0
     if ns.down:
         down()
         return 0

@@ -6,8 +6,12 @@
 #                                 python:3.11.14-slim-bookworm (PYTHON_IMAGE build argument)
 #   toolrl/postgres:15-bookworm   Debian's PostgreSQL 15 with the official image's first-start
 #                                 contract (POSTGRES_*, /docker-entrypoint-initdb.d, pg_isready)
+#   toolrl/airflow:3.3.2-python3.11  apache-airflow[postgres] from PyPI as the "airflow" user:
+#                                 stands in for apache/airflow (AIRFLOW_IMAGE), built only
+#                                 when "airflow" is in PROJECT_IMAGES
 # and then, with BUILD_PROJECT_IMAGES=1 (the default), the project images on top of them:
-#   toolrl-training-cpu:0.1.0, toolrl-mlflow:3.17.2, toolrl-mcp:0.1.0 (see the list below).
+#   toolrl-training-cpu:0.1.0, toolrl-mlflow:3.17.2, toolrl-s3-emulator:5.2, toolrl-mcp:0.1.0,
+#   toolrl-airflow:0.1.0 (PROJECT_IMAGES below).
 # The Dockerfiles keep the public images as their defaults; this script passes the local ones:
 #   docker build --build-arg PYTHON_IMAGE=toolrl/python:3.11-bookworm ...
 #
@@ -24,7 +28,7 @@
 #   ROOTFS_DIR=/var/tmp/toolrl-rootfs/bookworm   where debootstrap writes (never in the repo)
 #   DEBIAN_MIRROR=http://deb.debian.org/debian
 #   BUILD_PROJECT_IMAGES=1|0      also build the project images (default 1)
-#   PROJECT_IMAGES="training-cpu mlflow mcp"   which ones, in order
+#   PROJECT_IMAGES="training-cpu mlflow s3-emulator mcp airflow"   which ones, in order
 #   FORCE_IMPORT=0|1              re-import the root file system even if the image exists
 #   BUILD_BASE_IMAGES=1|0         build the three base images first (default 1)
 #   TIMINGS_FILE=/var/tmp/toolrl-build-timings.tsv   name, seconds, exit status per step
@@ -35,7 +39,7 @@ here="$repo/infra/images"
 ROOTFS_DIR=${ROOTFS_DIR:-/var/tmp/toolrl-rootfs/bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BUILD_PROJECT_IMAGES=${BUILD_PROJECT_IMAGES:-1}
-PROJECT_IMAGES=${PROJECT_IMAGES:-"training-cpu mlflow mcp"}
+PROJECT_IMAGES=${PROJECT_IMAGES:-"training-cpu mlflow s3-emulator mcp airflow"}
 TIMINGS_FILE=${TIMINGS_FILE:-/var/tmp/toolrl-build-timings.tsv}
 WHEELS_DIR=${WHEELS_DIR:-/opt/wheels}
 WHEELS_PORT=${WHEELS_PORT:-18765}
@@ -96,6 +100,12 @@ build_python() {
     rm -rf "$ctx"
 }
 
+AF=toolrl/airflow:3.3.2-python3.11
+build_airflow_base() {  # only when the Airflow image is asked for
+    docker build --network host --build-arg PYTHON_IMAGE="$PY" -t "$AF" \
+        -f "$here/airflow.Dockerfile" "$here"
+}
+
 build_postgres() {
     docker build --network host --build-arg BASE_IMAGE="$BASE" -t "$PG" \
         -f "$here/postgres.Dockerfile" "$here"
@@ -129,9 +139,10 @@ build_project() {  # build_project NAME
         s3-emulator)
             docker build --network host --build-arg PYTHON_IMAGE="$PY" \
                 -f "$repo/infra/docker/s3-emulator.Dockerfile" -t toolrl-s3-emulator:5.2 "$repo" ;;
-        airflow)  # no local Airflow base: build from the plain Python image (AIRFLOW_IMAGE)
+        airflow)  # on the local Airflow base (infra/images/airflow.Dockerfile)
+            docker image inspect "$AF" >/dev/null 2>&1 || step airflow-base build_airflow_base
             docker build --network host --build-arg PYTHON_IMAGE="$PY" \
-                --build-arg AIRFLOW_IMAGE="$PY" \
+                --build-arg AIRFLOW_IMAGE="$AF" \
                 -f "$repo/infra/docker/airflow.Dockerfile" -t toolrl-airflow:0.1.0 "$repo" ;;
         *) echo "unknown image: $name" >&2; return 2 ;;
     esac
