@@ -6,6 +6,8 @@
 # into parts small enough for a transfer limit. On the GPU machine:
 #   cat part.* | xz -d -T0 | tar -x -C /tmp/site
 #   SITE=/tmp/site benchmarks/gpu_verl_smoke.sh
+# For the SmolLM2 run, `benchmarks/gpu_carry.py pack --site-archive OUT_DIR/site.tar.xz` splits
+# site.tar.xz with the model into parts that each fit one device call (docs/parts/gpu_smoke.md).
 # Usage: benchmarks/gpu_bundle.sh [OUT_DIR] (default /tmp/toolrl-gpu-bundle); PART_SIZE (59M).
 set -euo pipefail
 
@@ -78,13 +80,18 @@ for wheel in wheels/*.whl; do
 done
 rm -rf site
 PIP_CONSTRAINT= "$PIP" install --isolated -q --no-deps --no-compile "${PLATFORM[@]}" --target site "${KEEP[@]}"
+# BFCL's test data and AST checker, without its model-vendor SDKs (`toolrl eval --bfcl-root`;
+# the Makefile pins the same version for the CPU environment).
+PIP_CONSTRAINT= "$PIP" install --isolated -q --no-deps --no-compile --target site "bfcl-eval==2026.3.23"
 
 # 4. Strip what is never loaded: FA3 (vLLM falls back to FA2 on Hopper), MLA/QuTLASS kernels,
 # the Rust frontend, kernel sources (keep third_party's Python: vLLM's pynvml lives there), Ray's
 # Java jars and source maps, translations, botocore models other than S3/STS.
+# vLLM's MoE kernels too: a dense model never calls them, and vLLM only warns when their
+# import fails (vllm/platforms/cuda.py).
 rm -rf site/vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so site/vllm/_flashmla*.so \
-  site/vllm/_qutlass_C.abi3.so site/vllm/vllm-rs site/ray/jars site/pycountry/locales \
-  site/xgrammar/lib/libxgrammar.a
+  site/vllm/_qutlass_C.abi3.so site/vllm/_moe_C_stable_libtorch.abi3.so site/vllm/vllm-rs \
+  site/ray/jars site/pycountry/locales site/xgrammar/lib/libxgrammar.a
 find site/vllm/third_party -type f ! -name '*.py' -delete
 find site/ray -name '*.js.map' -delete
 find site/botocore/data -mindepth 1 -maxdepth 1 \

@@ -63,10 +63,20 @@ def figures(cases: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def paired_against(baseline: Sequence[Any], cases: Sequence[Any]) -> dict[str, Any]:
-    """This model minus the baseline (the SFT stage, say) on the cases both answered: tool
-    selection and exact call over tool cases, abstention over no-tool cases, with a paired
-    bootstrap 90% interval."""
+PAIRED_FIELDS = {
+    "tool_selection": "selection_ok",
+    "exact_call": "exact_calls",
+    "abstention": "no_call_ok",
+}
+"""Figure name -> the per-case field of `CaseResult` it is paired on."""
+
+
+def paired_against(
+    baseline: Sequence[Any], cases: Sequence[Any], fields: dict[str, str] = PAIRED_FIELDS
+) -> dict[str, Any]:
+    """This model minus the baseline (the SFT stage, say) on the cases both answered: by
+    default tool selection and exact call over tool cases, abstention over no-tool cases,
+    each with a paired bootstrap 90% interval over the cases where the field applies."""
     from training.evaluation.report import paired_bootstrap
 
     before = {c.case_id: c for c in baseline}
@@ -79,11 +89,7 @@ def paired_against(baseline: Sequence[Any], cases: Sequence[Any]) -> dict[str, A
             [float(bool(getattr(a, field))) for _, a in pairs],
         )
 
-    return {
-        "tool_selection": paired("selection_ok"),
-        "exact_call": paired("exact_calls"),
-        "abstention": paired("no_call_ok"),
-    }
+    return {name: paired(field) for name, field in fields.items()}
 
 
 def read_cases(report: Path) -> list[Any]:
