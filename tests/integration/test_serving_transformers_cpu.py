@@ -17,6 +17,7 @@ from typing import Any
 import openai
 import pytest
 
+from serving.agent import EndpointBackend
 from serving.frontdoor.app import FrontDoorConfig
 from serving.mcp_server.config import ServerConfig
 from serving.mcp_server.server import RunningServer, start
@@ -100,7 +101,9 @@ def test_cpu_serving_frontdoor_eval_and_reload_on_promotion(
         # the harness against the real CPU server (untrained model: scores low, no errors)
         switchboard = running.stack.switchboard
         assert switchboard is not None
-        chat = switchboard.current.agent.chat
+        backend = switchboard.current.agent.backend
+        assert isinstance(backend, EndpointBackend)  # the front door calls an endpoint
+        chat = backend.chat
         generate_builtin_dataset(tmp_path / "d", n=100, seed=2, progress=False)
         report = evaluate(
             EvalConfig(endpoint=chat.base_url, model=chat.model, data=tmp_path / "d/test.parquet",

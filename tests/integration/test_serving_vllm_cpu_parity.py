@@ -22,6 +22,7 @@ from typing import Any
 import openai
 import pytest
 
+from serving.agent import EndpointBackend
 from serving.frontdoor.app import FrontDoorConfig
 from serving.launch.commands import BackendConfig
 from serving.launch.process import ModelServer
@@ -103,7 +104,9 @@ def test_vllm_cpu_and_transformers_serve_are_indistinguishable_to_the_harness(
     try:
         door = asyncio.run_coroutine_threadsafe(stack.start(), loop).result(420)
         assert stack.switchboard is not None
-        chat = stack.switchboard.current.agent.chat
+        backend = stack.switchboard.current.agent.backend
+        assert isinstance(backend, EndpointBackend)  # the front door calls an endpoint
+        chat = backend.chat
         vllm_texts = [complete(chat.base_url, chat.model, p) for p in PROMPTS]
         vllm_cases = run_eval(chat.base_url, chat.model, data, tmp_path / "vllm.json", mcp)
         reply = openai.OpenAI(base_url=door, api_key="x").chat.completions.create(
