@@ -12,7 +12,8 @@ import pytest
 
 from training.data.config import ValidationConfig
 from training.data.schema import GroundTruth
-from training.data.validate import ValidationReport, validate_dataset
+from training.data.validate import validate_dataset
+from training.data.validation_report import ValidationReport
 
 FAST = ValidationConfig(check_verl_dataset=False)
 

@@ -108,7 +108,7 @@ class PackTruth:
         self.store.close()
 
     def check_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """The flags `training.data.validate.check_row_truth` computes, for a pack row."""
+        """The flags `training.data.check_columns.check_row_truth` computes, for a pack row."""
         flags: dict[str, Any] = {
             "gt_parses": False,
             "tools_known": False,

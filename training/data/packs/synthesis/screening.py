@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.mcp_client.call_store import CallStore
+from training.data.check_columns import derive_frame
 from training.data.config import ValidationConfig
 from training.data.packs.manifest import refresh_manifest
 from training.data.packs.synthesis.report import SynthesisReport
@@ -25,10 +26,10 @@ def screen_rows(
     out_dir: Path, first_synthetic: int, validation: ValidationConfig
 ) -> dict[int, str]:
     """Gate 3, per row: the suite's row checks (the derived columns the great-expectations
-    suite asserts on, computed by `validate.derive_frame` from the written dataset) for the
+    suite asserts on, computed by `check_columns.derive_frame` from the written dataset) for the
     synthetic rows, `index -> reason` for each that fails one."""
     from training.data.packs.truth import PackTruth
-    from training.data.validate import derive_frame, load_split
+    from training.data.validate import load_split
 
     manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
     splits = {s: load_split(out_dir / f"{s}.parquet") for s in ("train", "test")}
