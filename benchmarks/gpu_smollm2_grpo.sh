@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # verl GRPO on the pretrained SmolLM2-135M, on one GPU, through the project's own path, with
-# held-out and BFCL evaluation before and after, all in one device call:
+# held-out and BFCL evaluation before and after:
 #   1. install the offline bundle (packages + the CPU loop's SFT checkpoint) carried in parts;
 #   2. the mock MCP server with faults on (training) and one without (evaluation), a 1-GPU Ray
 #      head, then `toolrl train submit` of training/specs/gpu_smollm2_grpo.yaml (30 GRPO steps
@@ -8,29 +8,37 @@
 #      and drift guard, marked checkpoints, merge);
 #   3. `vllm serve` (hermes tool parser) of the SFT start, then of the merged result, each driven
 #      by `toolrl eval` on the same held-out rows and on BFCL simple_python, multiple, irrelevance;
-#   4. benchmarks/gpu_smollm2_grpo.py turns what the run left into $OUT/gpu_smollm2_grpo.json.
+#   4. benchmarks/gpu_smollm2_grpo.py turns what the run left into gpu_smollm2_grpo.json.
 #
 # Usage (docs/parts/gpu_smoke.md has the call sequence, the sizing arithmetic and the figures):
-#   benchmarks/gpu_smollm2_grpo.sh stash   # a carry call: keep this call's bundle part in /tmp
-#   benchmarks/gpu_smollm2_grpo.sh run     # stash, install, train, serve, evaluate, summarise
-# A rerun on a warm machine skips the installed bundle, stops what an earlier run left running
-# (by the process groups it recorded, and `ray stop`), and starts the job and the evaluations
-# afresh; RESUME=1 keeps the job's workdir, so training continues from its last marked step.
-# Optional: PYTHON (python3), OUT, CARRY_DIR (.gpu_carry), JOB_TIMEOUT_S (420), BFCL_LIMIT (100
-# cases per category), EVAL_CONCURRENCY (64), SERVE_TIMEOUT_S (240).
-# Writes to $OUT (at most 8 files come back): gpu_smollm2_grpo.json, stages.log, job.log,
-# serve.log, eval.log and, when the job failed, ray_errors.log.
+#   benchmarks/gpu_smollm2_grpo.sh stash  # a carry call: keep this call's bundle part in /tmp
+#   benchmarks/gpu_smollm2_grpo.sh run    # stash, then the pipeline in the background; waits up
+#                                         # to WAIT_S (570) and copies what is done to $OUT
+#   benchmarks/gpu_smollm2_grpo.sh wait   # the next call, while the machine is warm: waits on
+#                                         # the same pipeline, copies its results to $OUT
+# `run` and `wait` exit 0 when the run finished with both evaluations, 3 while it is still
+# running (call `wait` within the machine's 30 s warm window), 1 when it failed.
+# A rerun (`run` again) on a warm machine skips the installed bundle, stops what an earlier run
+# left running (the process groups it recorded, and `ray stop`) and starts the job and the
+# evaluations afresh; RESUME=1 keeps the job's workdir, so training continues from its last
+# marked step. STEPS=N trains N steps instead of the spec's 30 (a derived spec, saved at N).
+# Optional: PYTHON (python3), OUT, CARRY_DIR (.gpu_carry), JOB_TIMEOUT_S (900), BFCL_LIMIT (100
+# cases per category), EVAL_CONCURRENCY (64), SERVE_TIMEOUT_S (240), WAIT_S (570).
+# $OUT gets at most 8 files (what comes back): gpu_smollm2_grpo.json, stages.log, job.log,
+# serve.log, eval.log, pipeline.log and, when the job failed, ray_errors.log.
 set -uo pipefail
 
 ACTION=${1:-run}
 ROOT=$PWD
 OUT=${OUT:-$ROOT/runs/gpu-smollm2-out}
+R=/tmp/toolrl-gpu-smollm2/out # the pipeline's results; `run` and `wait` copy them to $OUT
 PY=${PYTHON:-python3}
 W=/tmp/toolrl-gpu-smollm2 # fixed: the spec names $W/sft_model and $W/rollouts
 SITE=$W/site
 STASH=$W/carry
 CARRY=${CARRY_DIR:-$ROOT/.gpu_carry}
-JOB_TIMEOUT_S=${JOB_TIMEOUT_S:-420}
+JOB_TIMEOUT_S=${JOB_TIMEOUT_S:-900}
+WAIT_S=${WAIT_S:-570}
 SERVE_TIMEOUT_S=${SERVE_TIMEOUT_S:-240}
 BFCL_LIMIT=${BFCL_LIMIT:-100}
 EVAL_CONCURRENCY=${EVAL_CONCURRENCY:-64}
@@ -39,9 +47,9 @@ RUN_KEY=gpu-smollm2
 RAY_API=http://127.0.0.1:8265
 TRAIN_MCP=http://127.0.0.1:8000
 EVAL_MCP=http://127.0.0.1:8001
-mkdir -p "$OUT" "$W/pids" "$STASH"
+mkdir -p "$OUT" "$R" "$W/pids" "$STASH"
 
-log() { echo "[$(date +%T)] $*" | tee -a "$OUT/stages.log"; }
+log() { echo "[$(date +%T)] $*" | tee -a "$R/stages.log"; }
 mark() { echo "$1 $(date +%s.%N)" >>"$W/stages.times"; }
 # HTTP GET through Python: GPU images do not always ship an HTTP client binary.
 http_ok() { "$PY" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=3)" "$1" 2>/dev/null; }
@@ -67,8 +75,10 @@ stop_group() { # NAME
   kill -KILL -- "-$pgid" 2>/dev/null
   rm -f "$file"
 }
-stop_all() {
-  for file in "$W"/pids/*.pid; do [ -e "$file" ] && stop_group "$(basename "$file" .pid)"; done
+stop_all() { # every service an earlier or this run started, never the pipeline itself
+  for file in "$W"/pids/*.pid; do
+    [ -e "$file" ] && [ "$(basename "$file")" != pipeline.pid ] && stop_group "$(basename "$file" .pid)"
+  done
   "$PY" -m ray.scripts.scripts stop --force >/dev/null 2>&1 || true
 }
 
@@ -89,21 +99,58 @@ install_bundle() {
   cat "$STASH"/site.tar.xz.* | xz -d -T0 | tar -x -C "$W/unpack/site" || return 1
   cat "$STASH"/model.tar.xz.* | xz -d -T0 | tar -x -C "$W/unpack/model" || return 1
   mv "$W/unpack/site" "$SITE" && mv "$W/unpack/model/sft_model" "$W/sft_model"
+  # bytecode once, on all cores: the bundle ships none, and verl's processes (the entrypoint,
+  # the trainer, three vLLM spawns) would otherwise each compile the same modules on import
+  local started=$SECONDS
+  "$PY" -m compileall -q -j 0 "$SITE" >/dev/null 2>&1
+  log "bytecode compiled in $((SECONDS - started)) s"
   echo "$digest" >"$W/installed"
   log "bundle $digest installed: $(du -sh "$SITE" | cut -f1) of packages, model $(du -sh "$W/sft_model" | cut -f1)"
 }
 
+collect() { # copy what the pipeline has written so far to this call's $OUT
+  for name in gpu_smollm2_grpo.json stages.log job.log serve.log eval.log ray_errors.log; do
+    [ -f "$R/$name" ] && cp "$R/$name" "$OUT/"
+  done
+  [ -f "$W/pipeline.log" ] && tail -c 4000000 "$W/pipeline.log" >"$OUT/pipeline.log"
+}
+await_pipeline() { # wait for the background pipeline; 0 done and good, 1 failed, 3 running
+  local until=$((SECONDS + WAIT_S)) pgid
+  pgid=$(cat "$W/pids/pipeline.pid" 2>/dev/null)
+  while [ $SECONDS -lt $until ] && [ -n "$pgid" ] && kill -0 -- "-$pgid" 2>/dev/null; do
+    [ -f "$W/pipeline.rc" ] && break
+    sleep 5
+  done
+  collect
+  if [ -f "$W/pipeline.rc" ]; then
+    return "$(cat "$W/pipeline.rc")"
+  fi
+  if [ -n "$pgid" ] && kill -0 -- "-$pgid" 2>/dev/null; then
+    echo "still running: call '$0 wait' next (within the machine's warm window)"
+    return 3
+  fi
+  echo "the pipeline ended without a result (pipeline.log)"
+  return 1
+}
+
 case "$ACTION" in
 stash) stash; exit $? ;;
-run) ;;
-*) echo "usage: $0 stash|run" >&2; exit 2 ;;
+run)
+  stash
+  stop_group pipeline # an earlier run's pipeline, then what it started (its first step)
+  rm -f "$W/pipeline.rc" "$W/pipeline.log"
+  start_group pipeline "$W/pipeline.log" bash "$0" pipeline
+  await_pipeline; exit $? ;;
+wait) await_pipeline; exit $? ;;
+pipeline) ;;
+*) echo "usage: $0 stash|run|wait" >&2; exit 2 ;;
 esac
 
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}" # ray, vLLM, verl: the bundle's
 stop_all # whatever an earlier run on this machine left behind
-rm -f "$W/stages.times" "$OUT/stages.log"
+rm -rf "$W/stages.times" "$R" && mkdir -p "$R"
+trap 'echo $? >"$W/pipeline.rc"; stop_all' EXIT
 mark start
-stash >>"$OUT/stages.log" 2>&1
 install_bundle || { log "FAILED: bundle incomplete or corrupt (see gpu_carry.py status above)"; exit 1; }
 export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
 export VLLM_USE_FLASHINFER_SAMPLER=0 # the bundle leaves flashinfer out (gpu_smoke.md)
@@ -111,11 +158,10 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 # the bundle leaves flashinfer out (gpu_smo
 mkdir -p "$W/bin" && rm -f "$W/bin/python"
 printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v "$PY")" >"$W/bin/python" && chmod +x "$W/bin/python"
 export PATH=$W/bin:$PATH
-trap 'stop_all' EXIT
 mark install
 
 log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
-"$PY" - <<'EOF' 2>&1 | tee -a "$OUT/stages.log"
+"$PY" - <<'EOF' 2>&1 | tee -a "$R/stages.log"
 import importlib.metadata as md, sys, torch
 names = ["verl", "vllm", "ray", "transformers", "torch", "bfcl-eval"]
 print("python", sys.version.split()[0], "cuda", torch.cuda.is_available(),
@@ -130,7 +176,7 @@ rm -rf "$W/eval" && mkdir -p "$JW" "$W/eval"
 if [ ! -f "$JW/data/test.parquet" ]; then
   log "dataset: 1,100 rows (seed 0, English), 132 held out"
   "$PY" -m training.cli data generate --out "$JW/data" --n 1100 --test-fraction 0.12 --seed 0 \
-    --chinese-fraction 0 --quiet >>"$OUT/stages.log" 2>&1 &
+    --chinese-fraction 0 --quiet >>"$R/stages.log" 2>&1 &
   DATA_PID=$!
 fi
 start_group mcp_train "$W/mcp_train.log" "$PY" -m training.cli mcp serve --mode mock --port 8000 \
@@ -138,16 +184,28 @@ start_group mcp_train "$W/mcp_train.log" "$PY" -m training.cli mcp serve --mode 
 start_group mcp_eval "$W/mcp_eval.log" "$PY" -m training.cli mcp serve --mode mock --port 8001 \
   --workers 2 --log-level warning
 "$PY" -m ray.scripts.scripts start --head --port 6390 --dashboard-host 127.0.0.1 \
-  --dashboard-port 8265 --num-gpus 1 --disable-usage-stats >>"$OUT/stages.log" 2>&1 \
+  --dashboard-port 8265 --num-gpus 1 --disable-usage-stats >>"$R/stages.log" 2>&1 \
   || { log "FAILED: ray start"; exit 1; }
 [ -n "${DATA_PID:-}" ] && { wait "$DATA_PID" || { log "FAILED: data generate"; exit 1; }; }
 wait_http "$TRAIN_MCP/healthz" 60 && wait_http "$EVAL_MCP/healthz" 60 || { log "FAILED: MCP servers"; exit 1; }
 wait_http "$RAY_API/api/version" 60 || { log "FAILED: Ray Jobs API"; exit 1; }
 mark services
 
+if [ -n "${STEPS:-}" ]; then # a shorter run: the same spec, N steps, saved at N (in the repo:
+  SPEC=training/specs/gpu_smollm2_grpo_steps.yaml # `train submit` ships specs with the code)
+  "$PY" - "$STEPS" "$SPEC" <<'EOF' || { log "FAILED: STEPS=$STEPS"; exit 1; }
+import sys, yaml
+spec = yaml.safe_load(open("training/specs/gpu_smollm2_grpo.yaml"))
+steps = int(sys.argv[1])
+spec["schedule"]["total_training_steps"] = steps
+spec["checkpoint"]["save_freq"] = min(spec["checkpoint"]["save_freq"], steps)
+spec["checkpoint"]["test_freq"] = steps
+yaml.safe_dump(spec, open(sys.argv[2], "w"), sort_keys=False)
+EOF
+fi
 log "submit $SPEC as $JOB"
 "$PY" -m training.cli train submit --spec "$SPEC" --run-key "$RUN_KEY" --ray-address "$RAY_API" \
-  --backend verl --workdir "$W/jobs" 2>&1 | tee -a "$OUT/stages.log"
+  --backend verl --workdir "$W/jobs" 2>&1 | tee -a "$R/stages.log"
 STATUS=PENDING
 deadline=$((SECONDS + JOB_TIMEOUT_S))
 while [ $SECONDS -lt $deadline ]; do
@@ -159,7 +217,7 @@ done
 if [ "$STATUS" != SUCCEEDED ]; then
   "$PY" -m training.cli train stop "$JOB" --ray-address "$RAY_API" >/dev/null 2>&1
   grep -l -E "Traceback|Error" /tmp/ray/session_latest/logs/*.err /tmp/ray/session_latest/logs/*.out 2>/dev/null \
-    | head -20 | xargs -r tail -n 60 | head -c 4000000 >"$OUT/ray_errors.log"
+    | head -20 | xargs -r tail -n 60 | head -c 4000000 >"$R/ray_errors.log"
 fi
 log "job $JOB: $STATUS"
 "$PY" -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" \
@@ -220,11 +278,11 @@ fi
 stop_all
 mark end
 
-tail -c 15000000 "$W/job.log" >"$OUT/job.log"
+tail -c 15000000 "$W/job.log" >"$R/job.log"
 for name in sft merged; do
   [ -f "$W/serve_$name.log" ] && { echo "== $name"; tail -n 200 "$W/serve_$name.log"; }
-done >"$OUT/serve.log"
-tail -c 4000000 "$W/eval.log" >"$OUT/eval.log" 2>/dev/null
+done >"$R/serve.log"
+tail -c 4000000 "$W/eval.log" >"$R/eval.log" 2>/dev/null
 "$PY" benchmarks/gpu_smollm2_grpo.py --root "$W" --job "$JOB" --status "$STATUS" \
-  --out "$OUT/gpu_smollm2_grpo.json" | tee -a "$OUT/stages.log"
+  --out "$R/gpu_smollm2_grpo.json" | tee -a "$R/stages.log"
 [ "$STATUS" = SUCCEEDED ] && [ -f "$W/eval/merged_heldout.json" ]
