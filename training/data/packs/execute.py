@@ -24,7 +24,7 @@ from typing import Any
 
 from serving.mcp_client.base import McpClient, McpClientError, McpProtocolError
 from serving.mcp_client.call_store import CallStore, CallStoreError, canonical_arguments
-from training.data.packs.check import schema_problems, validator_for
+from training.data.packs.arguments import schema_problems, validator_for
 from training.data.packs.model import CallSpec, IntentSpec, PackSpec, step_calls
 from training.data.packs.refs import FILTERS, ExecutedCall, RefError, fill
 from training.data.packs.results import result_object

@@ -18,7 +18,7 @@ from typing import Any
 
 from serving.mcp_client.call_store import CallStore
 from serving.toolcalls.registry import ToolRegistry, registry_from_file
-from training.data.packs.check import schema_problems, validator_for
+from training.data.packs.arguments import schema_problems, validator_for
 from training.data.packs.results import result_object
 from training.data.schema import GroundTruth
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from training.data.packs.check import schema_problems
+from training.data.packs.arguments import reference_paths, schema_problems
 from training.data.packs.execute import ServerTool
 from training.data.packs.model import IntentSpec
 from training.data.packs.refs import RefError, has_reference, references_in
@@ -181,7 +181,7 @@ def _pack_call(
         raise ProposalError("reference", str(exc)[:160]) from None
     if any(r.step >= position for r in refs):
         raise ProposalError("reference", f"{call.tool}: points to a step not yet run")
-    skip = _reference_paths(call.arguments)
+    skip = reference_paths(call.arguments)
     problems = schema_problems(validators[own], call.arguments, skip)
     if problems:
         raise ProposalError("schema", f"{own}: {problems[0]}"[:200])
@@ -242,13 +242,3 @@ def proposal_intent(
     except ValidationError as exc:
         raise ProposalError("bad_shape", str(exc.errors(include_url=False)[0]["msg"])) from None
     return intent, lang, query
-
-
-def _reference_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    if has_reference(value):
-        return [prefix]
-    if isinstance(value, Mapping):
-        return [p for k, v in value.items() for p in _reference_paths(v, (*prefix, k))]
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _reference_paths(v, (*prefix, i))]
-    return []
