@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from serving.engine.cpu_dtype import cpu_facts
 from training.evaluation.report import paired_bootstrap
 
 RESULTS = Path(__file__).parent / "results" / "cpu_training.json"
@@ -139,7 +140,7 @@ def main() -> None:
     from serving.mcp_server.config import ServerConfig
     from serving.mcp_server.server import start
     from training.cpu_backend.run import REPORT, run_local
-    from training.spec.model import load_spec
+    from training.spec.model import load_spec, with_settings
     from training.spec.resolve import resolve_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -147,10 +148,26 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000, help="Dataset size (train + test).")
     parser.add_argument("--eval-limit", type=int, default=None, help="Held-out cases (all).")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the workdir here.")
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="Change one spec field for this run (repeatable), e.g. cpu.sft_steps=40.",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=("base", "sft", "final"),
+        default=["base", "sft", "final"],
+        help="Which models the harness scores (sft and final are always paired).",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="Where the JSON goes.")
     args = parser.parse_args()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench-cpu-"))
     load_before = os.getloadavg()
-    spec = load_spec(args.spec)
+    spec = with_settings(load_spec(args.spec), args.settings)
     try:
         generate = [sys.executable, "-m", "training.cli", "data", "generate", "--quiet"]
         subprocess.run(
@@ -171,9 +188,13 @@ def main() -> None:
         training = json.loads((workdir / REPORT).read_text())
         run_dir = Path(training["result"]["checkpoint_dir"])
         models = {
-            "base": resolve_model(spec, workdir),
-            "sft": run_dir / "sft" / "final",
-            "final": Path(training["result"]["merged_model_dir"]),
+            name: path
+            for name, path in {
+                "base": resolve_model(spec, workdir),
+                "sft": run_dir / "sft" / "final",
+                "final": Path(training["result"]["merged_model_dir"]),
+            }.items()
+            if name in args.models or name in ("sft", "final")
         }
         data = workdir / "data" / "test.parquet"
         scored: dict[str, Any] = {}
@@ -224,6 +245,8 @@ def main() -> None:
             "load_avg_1m_after": round(os.getloadavg()[0], 2),
         },
         "spec": str(args.spec.relative_to(Path.cwd()) if args.spec.is_absolute() else args.spec),
+        "settings": args.settings,
+        "cpu": cpu_facts(),
         "stage_total_s": round(stage_s, 1),
         "timings_s": {k: round(v, 1) for k, v in training["timings"].items()},
         "sft": {
@@ -238,6 +261,9 @@ def main() -> None:
             "reward_stds": [round(r, 3) for r in training["grpo"].get("reward_stds", [])],
             "reward_trend": reward_trend(training["grpo"]["rewards"]),
             "malformed_history": training["grpo"]["malformed_history"],
+            "flat_batches": training["grpo"].get("flat_batches"),
+            "zero_std_fractions": training["grpo"].get("zero_std_fractions"),
+            "resampling": training["grpo"].get("resampling"),
         },
         "quick_eval": {
             stage: {k: v for k, v in payload.items() if k not in ("examples",)}
@@ -247,8 +273,8 @@ def main() -> None:
         "grpo_adds": grpo_adds,
         "targets_final_model": targets,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 

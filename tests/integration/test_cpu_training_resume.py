@@ -49,6 +49,7 @@ SPEC: dict[str, Any] = {
         "sft_lr": 0.003,
         "grpo_steps": GRPO_STEPS,
         "prompts_per_step": PROMPTS,
+        "resample_rounds": 1,  # dynamic sampling on: flat groups replaced by drawn rows
         "max_completion_length": 32,
         "max_truncated_fraction": 1.0,  # tiny-model plumbing test: cut rollouts on purpose
         "eval_rows": 2,
@@ -142,6 +143,12 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     assert report["resumed_from"]["grpo"] == SAVE_FREQ
     assert report["grpo"]["steps_trained"] == GRPO_STEPS - SAVE_FREQ  # continued, not from 0
     assert 0 <= report["grpo"]["flat_batches"] <= GRPO_STEPS - SAVE_FREQ
+    resampled = report["grpo"]["resampling"]  # one record per step of the run's history
+    assert len(resampled) == GRPO_STEPS
+    for step in resampled:
+        assert 0 <= step["flat_groups_kept"] <= step["flat_groups_drawn"] <= PROMPTS
+        assert step["extra_rollouts"] <= step["flat_groups_drawn"] * 2  # one round, n=2
+    assert len(report["grpo"]["zero_std_fractions"]) == GRPO_STEPS
     assert sft_final.stat().st_mtime_ns == sft_stamp  # the warm start was not redone
     assert set(report["evals"]) == {"before", "sft", "grpo"}
     expected = choose("auto", cpu_flags())

@@ -134,6 +134,11 @@ class GrpoResult:
     """Spread of the reward across each step's rollouts (TRL's `reward_std`)."""
     flat_batches: int = 0
     """Steps of this run whose groups all scored alike: no update was made."""
+    zero_std_fractions: list[float] = field(default_factory=list)
+    """Per step, the share of groups whose rollouts all scored alike (after any dynamic
+    sampling): TRL's `frac_reward_zero_std`."""
+    resampling: list[dict[str, float]] = field(default_factory=list)
+    """Per step with dynamic sampling: flat groups drawn and kept, extra rollouts."""
 
     @property
     def steps_per_s(self) -> float:
@@ -351,8 +356,9 @@ def run_grpo(
     trainer.train(resume_from_checkpoint=str(actor_path(run_dir, resume)) if resume else None)
     seconds = time.perf_counter() - start
     final = latest_complete_step(run_dir) or trainer.state.global_step
-    rewards = [float(e["reward"]) for e in trainer.state.log_history if "reward" in e]
-    stds = [float(e.get("reward_std", 0.0)) for e in trainer.state.log_history if "reward" in e]
+    logged = [e for e in trainer.state.log_history if "reward" in e]
+    stds = [float(e.get("reward_std", 0.0)) for e in logged]
+    prefix = "dynamic_sampling/"
     return GrpoResult(
         model_dir=actor_path(run_dir, final),
         final_step=final,
@@ -362,8 +368,14 @@ def run_grpo(
         tokens=int(trainer.state.num_input_tokens_seen) - meter.tokens_at_start,
         drift_stopped=bool(drift.stopped),
         resumed_from=resume,
-        rewards=rewards,
+        rewards=[float(e["reward"]) for e in logged],
         malformed_history=list(reward.malformed_history),
         reward_stds=stds,
         flat_batches=trainer.flat_batches,
+        zero_std_fractions=[float(e.get("frac_reward_zero_std", 0.0)) for e in logged],
+        resampling=[
+            {k.removeprefix(prefix): float(v) for k, v in e.items() if k.startswith(prefix)}
+            for e in logged
+            if any(k.startswith(prefix) for k in e)
+        ],
     )

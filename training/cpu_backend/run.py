@@ -319,6 +319,8 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "flat_batches": grpo.flat_batches,
                 "rewards": grpo.rewards,
                 "reward_stds": grpo.reward_stds,
+                "zero_std_fractions": grpo.zero_std_fractions,
+                "resampling": grpo.resampling,
                 "malformed_history": grpo.malformed_history,
                 "rollouts": str(run_dir / ROLLOUTS_FILE),
             },

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -368,6 +369,12 @@ class SpecError(ValueError):
     """A spec file that cannot be used; the message names the offending field."""
 
 
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
+    )
+
+
 def load_spec(path: Path) -> TrainingSpec:
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -378,7 +385,32 @@ def load_spec(path: Path) -> TrainingSpec:
     try:
         return TrainingSpec.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
-        )
-        raise SpecError(f"invalid spec {path}: {problems}") from exc
+        raise SpecError(f"invalid spec {path}: {_problems(exc)}") from exc
+
+
+def with_settings(spec: TrainingSpec, assignments: Sequence[str]) -> TrainingSpec:
+    """`spec` with `section.field=value` assignments applied (values read as YAML scalars),
+    validated again: how a benchmark or the demo's time budget varies one spec without a
+    second file. A bad key or value is a `SpecError` naming it."""
+    raw = spec.model_dump(mode="json")
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        path = [part for part in key.strip().split(".") if part]
+        if not sep or not path:
+            raise SpecError(f"expected section.field=value, got {assignment!r}")
+        target = raw
+        for part in path[:-1]:
+            child = target.get(part) if isinstance(target, dict) else None
+            if not isinstance(child, dict):
+                raise SpecError(f"{key}: {part!r} is not a section of the spec")
+            target = child
+        if path[-1] not in target:
+            raise SpecError(f"{key}: no field {path[-1]!r} there")
+        try:
+            target[path[-1]] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{key}: value {text!r} is not YAML: {exc}") from exc
+    try:
+        return TrainingSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(f"invalid setting ({', '.join(assignments)}): {_problems(exc)}") from exc
