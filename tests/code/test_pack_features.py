@@ -21,10 +21,10 @@ from serving.tools import get_catalog
 from serving.tools.providers import load_world
 from training.data.packs.check import check_pack
 from training.data.packs.loader import PackError, load_pack, parse_pack_text
-from training.data.packs.model import PoolFile
 from training.data.packs.plan import with_chinese_fraction
 from training.data.packs.pool_files import MAX_POOL_FILE_BYTES, PROJECT_DATA_DIR
 from training.data.packs.server import pack_sources
+from training.data.packs.slot_model import PoolFile
 from training.data.packs.slots import SlotError, draw_slots
 
 HEAD = """\

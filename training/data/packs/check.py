@@ -16,8 +16,9 @@ from typing import Any
 
 from training.data.packs.arguments import validator_for
 from training.data.packs.check_intent import ProblemReport, check_call, check_intent
+from training.data.packs.language_defaults import SYSTEM_PROMPTS
 from training.data.packs.loader import LoadedPack
-from training.data.packs.model import SYSTEM_PROMPTS, PackSpec
+from training.data.packs.model import PackSpec
 from training.data.queries import normalise_query
 from training.data.schema import Category
 

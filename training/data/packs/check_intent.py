@@ -15,8 +15,9 @@ from jsonschema.protocols import Validator
 
 from training.data.packs.arguments import blank_references, reference_paths, schema_problems
 from training.data.packs.loader import LoadedPack
-from training.data.packs.model import CallSpec, IntentSpec, PackSpec, SlotSpec, step_calls
+from training.data.packs.model import CallSpec, IntentSpec, PackSpec, step_calls
 from training.data.packs.refs import RefError, fill, placeholders, references_in, slots_in
+from training.data.packs.slot_model import SlotSpec
 from training.data.packs.slots import SlotError, candidates, draw_slots
 
 SAMPLE_DRAWS = 12

@@ -11,210 +11,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    StringConstraints,
-    Tag,
-    model_validator,
-)
+from pydantic import BaseModel, Discriminator, Field, StringConstraints, Tag, model_validator
 
-from training.data.packs.refs import RefError, placeholders
+from training.data.packs.language_defaults import Decorations
+from training.data.packs.slot_model import PoolFile, SlotSpec
+from training.data.packs.spec_types import (
+    MAX_PHRASING_CHARS,
+    MAX_VALUES,
+    Identifier,
+    LanguageCode,
+    StrictModel,
+    TemplateId,
+    ToolName,
+    Values,
+)
 from training.data.schema import Category, Difficulty
 
-Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
-"""Slot, pool and intent names: they appear inside `{...}` templates and template ids."""
-TemplateId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,32}$")]
-LanguageCode = Annotated[str, StringConstraints(pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$")]
-"""A BCP-47-ish language tag (`en`, `zh`, `pt-BR`): it becomes the row's `language`."""
-ToolName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
-MAX_PHRASING_CHARS = 1_000
-MAX_VALUES = 10_000
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-Number = (
-    Annotated[int, Field(strict=True)] | Annotated[float, Field(strict=True, allow_inf_nan=False)]
-)
-"""A YAML number: `"5"` (a string) and `.inf` are refused, not coerced."""
-SlotRef = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63})?$")
-]
-"""A slot, or one field of a slot's mapping value (`city.timezone`)."""
-MAX_ROUND_DIGITS = 6
-
-
-class RangeSpec(_Strict):
-    """Integers from `min` to `max` inclusive, every `step`; with `round: N`, decimals drawn
-    uniformly from [min, max] and rounded to N digits (`round: 1`: 0.5 .. 300.0; a draw that
-    rounds to a whole number is that integer)."""
-
-    min: Number
-    max: Number
-    step: int | None = Field(default=None, ge=1, strict=True)
-    round: int | None = Field(default=None, ge=0, le=MAX_ROUND_DIGITS, strict=True)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> RangeSpec:
-        if self.max < self.min:
-            raise ValueError(f"range max ({self.max}) is below min ({self.min})")
-        if self.round is None:
-            floats = [k for k in ("min", "max") if isinstance(getattr(self, k), float)]
-            if floats:
-                raise ValueError(
-                    f"range {floats[0]} {getattr(self, floats[0])} is not an integer: a range "
-                    "without `round` draws integers; add `round: N` for decimals"
-                )
-        elif self.step is not None:
-            raise ValueError("`step` is for integer ranges; a `round` range has no step")
-        return self
-
-    @property
-    def integers(self) -> range | None:
-        """The integer values (lazy), None for a decimal range."""
-        if self.round is not None:
-            return None
-        return range(int(self.min), int(self.max) + 1, self.step or 1)
-
-
-Values = list[Any] | dict[LanguageCode, list[Any]]
-"""A list of values, or one list per language (a phrasing in `zh` draws from `zh:`)."""
-Templates = str | list[str] | dict[LanguageCode, str | list[str]]
-"""A template, a list of them (one is drawn), or either per language."""
-
-JsonFileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\.json$")]
-"""A plain file name: no directories, so no `..` and no absolute path can be written."""
-JsonPath = Annotated[
-    str,
-    StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,7}$"),
-]
-
-
-class PoolFile(_Strict):
-    """A pool read from a JSON file that ships beside the pack or with the project's data
-    (`serving/data`, e.g. `world.json`), so world data is not copied into the pack.
-
-    `path` is dotted keys into the document; the node found is a list, or a mapping whose
-    `items: keys` or `items: values` are the pool."""
-
-    file: JsonFileName
-    path: JsonPath
-    items: Literal["keys", "values"] | None = Field(
-        default=None, description="For a mapping node: its keys or its values."
-    )
-
-
-class LookupSpec(_Strict):
-    """A field of an earlier slot's mapping value, chosen by a template: the phrase
-    `{phrase}` in the language `{source.key}` names."""
-
-    slot: Identifier
-    key: str = Field(min_length=1, max_length=200)
-
-
-SLOT_SOURCES = ("values", "range", "pool", "template", "compute", "one_of", "lookup")
-
-
-class SlotSpec(_Strict):
-    """Where a slot's value comes from: exactly one of `values`, `range`, `pool` (drawn),
-    or `template`, `compute`, `lookup` (made from slots declared before it), or `one_of`
-    (alternatives, one drawn uniformly)."""
-
-    values: Values | None = None
-    range: RangeSpec | None = None
-    pool: Identifier | None = None
-    template: Templates | None = Field(
-        default=None,
-        description="A string built from earlier slots (`{a}*{b}`); a list: one is drawn.",
-    )
-    compute: str | None = Field(
-        default=None,
-        max_length=500,
-        description="Arithmetic over earlier slots (`{root}**2`), evaluated by the safe "
-        "evaluator (`serving.tools.safe_math`, no `eval`): the value is the number.",
-    )
-    one_of: list[SlotSpec] | None = Field(
-        default=None,
-        min_length=2,
-        description="Alternative sources; each row draws one uniformly, then its value.",
-    )
-    lookup: LookupSpec | None = None
-    case: Literal["lower", "upper"] | None = Field(
-        default=None, description="For `template`: the text lower- or upper-cased."
-    )
-    round: int | None = Field(
-        default=None, ge=0, le=MAX_ROUND_DIGITS, strict=True, description="For `compute`."
-    )
-    distinct_from: list[SlotRef] = Field(
-        default_factory=list,
-        description="Slots of the same intent this one must differ from (two different "
-        "cities); `a.timezone` compares that field of both values.",
-    )
-    after: Identifier | None = Field(
-        default=None,
-        description="An earlier slot this one must not be below: if it is, the two values "
-        "are swapped, so the pair is two independent draws in sorted order.",
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> SlotSpec:
-        given = [k for k in SLOT_SOURCES if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(
-                "a slot takes its values from exactly one of `values`, `range` or `pool` "
-                "(drawn), or `template`, `compute`, `lookup`, `one_of` (made from other slots)"
-                + (f" (got {', '.join(given)})" if given else "")
-            )
-        if isinstance(self.values, list) and not self.values:
-            raise ValueError("`values` is empty")
-        if isinstance(self.values, dict) and any(not v for v in self.values.values()):
-            raise ValueError("`values` has an empty list for a language")
-        lists = list(self.template.values()) if isinstance(self.template, dict) else [self.template]
-        if any(isinstance(t, list) and not t for t in lists):
-            raise ValueError("`template` has an empty list")
-        if self.case is not None and self.template is None:
-            raise ValueError("`case` is only for `template` slots")
-        if self.round is not None and self.compute is None:
-            raise ValueError("`round` here is only for `compute` slots (a range has its own)")
-        for alternative in self.one_of or []:
-            if alternative.distinct_from or alternative.after or alternative.one_of:
-                raise ValueError(
-                    "a `one_of` alternative is a plain source: put `distinct_from`/`after` "
-                    "on the slot itself, and do not nest `one_of`"
-                )
-        return self
-
-    def uses(self) -> list[str]:
-        """The slots this one is made from (they must be declared before it)."""
-        texts: list[str] = []
-        if self.template is not None:
-            for entry in (
-                self.template.values() if isinstance(self.template, dict) else [self.template]
-            ):
-                texts.extend(entry if isinstance(entry, list) else [entry])
-        if self.compute is not None:
-            texts.append(self.compute)
-        names: list[str] = []
-        if self.lookup is not None:
-            names.append(self.lookup.slot)
-            texts.append(self.lookup.key)
-        for alternative in self.one_of or []:
-            names.extend(alternative.uses())
-        for text in texts:
-            try:
-                names.extend(p.slot for p in placeholders(text))
-            except RefError as exc:
-                raise ValueError(str(exc)) from None
-        return list(dict.fromkeys(names))
-
-
-class CallSpec(_Strict):
+class CallSpec(StrictModel):
     """One expected call. Argument strings may hold slot templates (`"{city.tz}"`) or a
     reference into an earlier step's result (`"$steps[0].result.datetime | hhmm"`)."""
 
@@ -226,7 +40,7 @@ class CallSpec(_Strict):
     )
 
 
-class ParallelSpec(_Strict):
+class ParallelSpec(StrictModel):
     """Several independent calls in one assistant turn (order-free)."""
 
     parallel: list[CallSpec] = Field(min_length=2)
@@ -249,14 +63,14 @@ def step_calls(step: CallSpec | ParallelSpec) -> list[CallSpec]:
     return list(step.parallel) if isinstance(step, ParallelSpec) else [step]
 
 
-class MissingSpec(_Strict):
+class MissingSpec(StrictModel):
     """For clarification intents: the call the user would need and the argument left out."""
 
     tool: ToolName
     argument: str = Field(min_length=1)
 
 
-class IntentSpec(_Strict):
+class IntentSpec(StrictModel):
     """What a user wants, how they say it, and the calls that satisfy it."""
 
     name: Identifier
@@ -327,42 +141,7 @@ class IntentSpec(_Strict):
         return self
 
 
-class Decorations(_Strict):
-    """Openers and closers put around a query ("Hi! ... Thanks!"): more distinct prompts
-    from one template. An empty string is a plain query; repeat it to weight it."""
-
-    prefixes: list[str] = Field(default_factory=lambda: [""], min_length=1)
-    suffixes: list[str] = Field(default_factory=lambda: [""], min_length=1)
-
-
-SYSTEM_PROMPTS: dict[str, str] = {
-    "en": (
-        "You are a helpful assistant with access to tools. Call a tool when the question "
-        "needs live data, lookups or exact computation; you may call several tools, in "
-        "parallel or one after another. Answer directly when no tool is needed. If a required "
-        "detail is missing, ask the user for it instead of guessing."
-    ),
-    "zh": (
-        "你是一个可以调用工具的助手。问题需要实时数据、查询或精确计算时调用工具，可以并行或依次调用多个工具。"
-        "不需要工具时直接回答。缺少必要信息时请向用户询问，不要猜测。"
-    ),
-}
-"""The project's system prompts: a pack's `system_prompts` default, per language."""
-DECORATIONS: dict[str, Decorations] = {
-    "en": Decorations(
-        prefixes=["", "", "Hi! ", "Hey, ", "Hello. ", "Please help: ", "Quick one: "],
-        suffixes=["", "", " Thanks!", " Thank you.", " No rush.", " Cheers."],
-    ),
-    "zh": Decorations(
-        prefixes=["", "", "你好，", "请问，", "麻烦一下，", "嗨，"],
-        suffixes=["", "", "谢谢！", "多谢。", "辛苦了。"],
-    ),
-}
-"""The project's openers and closers: a pack's `decorations` default, per language (other
-languages: none)."""
-
-
-class ProjectServerSource(_Strict):
+class ProjectServerSource(StrictModel):
     """`source: {project_server: mock}`: the project's own MCP server (`toolrl mcp serve`'s
     call path), run in-process in mock mode (frozen clock, offline providers, faults off),
     so results are what training rollouts see (`serving.mcp_server.inprocess`)."""
@@ -397,7 +176,7 @@ SourceSpec = Annotated[
 ]
 
 
-class PackSpec(_Strict):
+class PackSpec(StrictModel):
     """One task pack: the tasks for one MCP server."""
 
     pack: Identifier = Field(description="The pack's name: prefix of every template id.")

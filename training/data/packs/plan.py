@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from training.data.config import DEFAULT_MIX, GenerationConfig
+from training.data.packs.language_defaults import DECORATIONS
 from training.data.packs.loader import LoadedPack, PackError
-from training.data.packs.model import DECORATIONS, IntentSpec, PackSpec
+from training.data.packs.model import IntentSpec, PackSpec
 from training.data.packs.refs import render_text
 from training.data.packs.slots import draw_slots
 from training.data.packs.split import held_out, template_id

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.data.packs.model import MAX_VALUES, PackSpec, PoolFile
+from training.data.packs.model import PackSpec
+from training.data.packs.slot_model import PoolFile
+from training.data.packs.spec_types import MAX_VALUES
 
 PROJECT_DATA_DIR = Path(__file__).resolve().parents[3] / "serving" / "data"
 """The project's shipped data (`serving/data`): what the built-in tools answer from."""

@@ -10,7 +10,8 @@ import json
 from typing import Any
 
 from training.data.packs.execute import RowTruth
-from training.data.packs.model import SYSTEM_PROMPTS, PackSpec
+from training.data.packs.language_defaults import SYSTEM_PROMPTS
+from training.data.packs.model import PackSpec
 from training.data.packs.plan import PlannedRow
 from training.data.schema import AGENT_NAME, DATA_SOURCE, GroundTruth
 

@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from serving.tools.safe_math import MathError, evaluate
-from training.data.packs.model import IntentSpec, PackSpec, SlotSpec, Values
+from training.data.packs.model import IntentSpec, PackSpec
 from training.data.packs.refs import RefError, render_text
+from training.data.packs.slot_model import SlotSpec
+from training.data.packs.spec_types import Values
 
 MAX_DISTINCT_TRIES = 64
 
