@@ -163,7 +163,34 @@ def export_sft(run_dir: Path, out: Path) -> Path:
     ]
     if missing:
         raise SystemExit(f"{final} lacks {', '.join(missing)}")
+    to_bfloat16(target)
     return target
+
+
+def to_bfloat16(model_dir: Path) -> bool:
+    """Float32 weights as bfloat16, rounded to nearest: a CPU without native bf16 trains and
+    saves in float32 (cpu_backend/compute_dtype.py), which doubles what has to be carried.
+    SmolLM2 ships in bf16 and verl's actor computes in bf16, and the device run both starts
+    from and evaluates this one directory, so before and after share the same start.
+    Returns whether anything changed."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = model_dir / "model.safetensors"
+    tensors = load_file(path)
+    if not any(t.dtype == torch.float32 for t in tensors.values()):
+        return False
+    cast = {k: t.to(torch.bfloat16) if t.dtype == torch.float32 else t for k, t in tensors.items()}
+    scratch = path.with_name(path.name + ".tmp")
+    save_file(cast, scratch, metadata={"format": "pt"})
+    os.replace(scratch, path)
+    config_path = model_dir / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    for key in ("dtype", "torch_dtype"):
+        if key in config:
+            config[key] = "bfloat16"
+    config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return True
 
 
 def parts_status(directory: Path) -> tuple[list[str], list[str]]:

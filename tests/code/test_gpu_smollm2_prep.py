@@ -147,11 +147,26 @@ def test_sft_export_packs_and_unpacks_to_a_loadable_model(
 
     final = tmp_path / "run" / "sft" / "final"
     build_tiny_model(final, TinyModelConfig(call_format="hermes"))
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = final / "model.safetensors"  # saved in float32, as a CPU without bf16 saves it
+    save_file({k: v.float() for k, v in load_file(weights).items()}, weights)
     with pytest.raises(SystemExit, match="COMPLETE"):
         carry.export_sft(tmp_path / "run", tmp_path / "bundle")
     (final / "COMPLETE").write_text("{}")
     model = carry.export_sft(tmp_path / "run", tmp_path / "bundle")
     assert model.name == "sft_model" and (model / "model.safetensors").is_file()
+    from safetensors import safe_open
+
+    with safe_open(str(model / "model.safetensors"), "pt") as weights:
+        dtypes = {str(weights.get_slice(k).get_dtype()) for k in weights.keys()}  # noqa: SIM118
+    assert dtypes == {"BF16"}  # a float32 CPU checkpoint travels at half the size
+    assert json.loads((model / "config.json").read_text()).get("dtype", "bfloat16") == "bfloat16"
+    assert load_file(model / "model.safetensors")["model.embed_tokens.weight"].dtype == (
+        torch.bfloat16
+    )
+    assert carry.to_bfloat16(model) is False  # already bf16: left as is
 
     archive = carry.compress_dir(model, tmp_path / "model.tar.xz")
     assert 0 < archive.stat().st_size < (model / "model.safetensors").stat().st_size
