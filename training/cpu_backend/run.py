@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from serving.toolcalls import using_registry
+from training.cpu_backend.budget import pinned_plan
 from training.cpu_backend.compute_dtype import pinned_choice
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer, list_tools
 from training.cpu_backend.export import export_model
@@ -230,6 +231,10 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     spec_hash = spec.spec_hash()  # the spec as written: cpu.dtype auto stays auto in lineage
     precision = pinned_choice(spec.cpu.dtype, run_dir)
     spec = spec.model_copy(update={"cpu": spec.cpu.model_copy(update={"dtype": precision.dtype})})
+    plan = None
+    if spec.cpu.time_budget_s is not None:
+        plan = pinned_plan(spec.cpu, spec.cpu.time_budget_s, precision.dtype, run_dir)
+        spec = spec.model_copy(update={"cpu": plan.apply(spec.cpu)})
     train_file = Path(spec.data.train_files[0])
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -301,7 +306,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 f"(resumed from {grpo.resumed_from}); report in {REPORT}"
             ),
         }
-        report = {
+        report: dict[str, Any] = {
             "result": result,
             "backend": "cpu-trl",
             "spec_name": spec.name,
@@ -325,6 +330,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "rollouts": str(run_dir / ROLLOUTS_FILE),
             },
             "compute_dtype": asdict(precision),
+            "time_budget": asdict(plan) if plan else None,
             "timings": timings,
             "tools": {**tool_usage(), "listed": sorted(s["function"]["name"] for s in schemas)},
             "peak_rss_gib": peaks,

@@ -215,6 +215,13 @@ class CpuSection(_Section):
     grpo_steps: int = Field(default=20, ge=1, description="GRPO optimizer steps.")
     grpo_lr: float = Field(default=5e-5, gt=0, description="GRPO learning rate.")
     prompts_per_step: int = Field(default=4, ge=1, description="Prompts per GRPO step.")
+    time_budget_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds for SFT + GRPO on this machine: the step counts are scaled to "
+        "fit, from the measured step cost of the CPU's compute dtype, and the plan is pinned "
+        "in the run directory (cpu_backend/budget.py). None: run the steps as written.",
+    )
     resample_rounds: int = Field(
         default=0,
         ge=0,

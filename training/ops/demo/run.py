@@ -28,6 +28,7 @@ from serving.runtime.ports import free_port
 from training.jobs.auth import new_token, ray_auth_env
 from training.jobs.local_head import head_command
 from training.ops.demo.airflow_run import AirflowHandle, run_loop, start_airflow
+from training.ops.demo.budget import budgeted_spec
 from training.ops.demo.pack import PackDemo, pack_answer_check, pack_question, prepare_pack_demo
 from training.ops.demo.progress import CheckpointWatcher
 from training.ops.demo.report import (
@@ -109,7 +110,12 @@ points; the full split is ~190 rows and doubles the stage's time)."""
 
 
 def _write_pipeline_config(
-    workdir: Path, rows: int, env: dict[str, str], api_port: int, pack: PackDemo | None = None
+    workdir: Path,
+    rows: int,
+    env: dict[str, str],
+    api_port: int,
+    training_spec: Path,
+    pack: PackDemo | None = None,
 ) -> Path:
     """The deployment's one config file: DAG files, tasks and `toolrl airflow up` read it.
     With a pack, the dataset DAG generates from it (against its server, through the same
@@ -120,7 +126,7 @@ def _write_pipeline_config(
         "dataset_rows": rows,
         "data_root": str(workdir / "datasets"),
         "workdir": str(workdir / "pipeline"),
-        "training_spec": str(DEMO_SPEC),
+        "training_spec": str(training_spec),
         "training_backend": "cpu",
         "eval_backend": "cpu",
         "eval_limit": DEMO_EVAL_ROWS,
@@ -535,6 +541,7 @@ def run_demo(
     dags_test: bool = False,
     pack: str | None = None,
     pack_sources: Path | None = None,
+    budget_minutes: float | None = None,
 ) -> None:
     """The loop on the built-in tools, or with `pack` on a task pack's MCP server (see
     `training.ops.demo.pack`: generated against the server, trained and evaluated on its replay,
@@ -555,8 +562,12 @@ def run_demo(
         "AIRFLOW_CONN_TOOLRL_RAY": ray_connection(ports, ray_token),
         "AIRFLOW_CONN_TOOLRL_MLFLOW": mlflow_connection(ports, registry.pipeline),
     }
-    config_path = _write_pipeline_config(workdir, rows, secured, ports["airflow"], target)
-    cpu = load_spec(DEMO_SPEC).cpu
+    budget = budgeted_spec(DEMO_SPEC, workdir, budget_minutes)
+    console.print(f"[bold]{budget.describe()}[/bold]")
+    config_path = _write_pipeline_config(
+        workdir, rows, secured, ports["airflow"], budget.spec_path, target
+    )
+    cpu = budget.plan.apply(load_spec(DEMO_SPEC).cpu) if budget.plan else load_spec(DEMO_SPEC).cpu
 
     def watch_training() -> CheckpointWatcher:
         return CheckpointWatcher(

@@ -1,0 +1,78 @@
+"""The demo's time budget: what it promises on this CPU, and the training spec that fits it.
+
+`make demo` promises a time after setup: 20 minutes on a host with native bf16 (AVX512-BF16
+or AMX), 35 on an AVX2-only host, where everything runs in float32 at about a fifth of the
+speed. The training stage's share is that budget less what the rest of the demo costs there
+(services, dataset, the quick evals, the DAG's held-out evaluation, serving: `OVERHEAD_S`,
+measured from whole demo runs). The demo writes the training spec with
+`cpu.time_budget_s` set into its workdir; the training job scales its step counts to it
+(`training/cpu_backend/budget.py`) and records the plan in its report. `--budget-minutes 0`
+runs the spec's steps as written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from serving.engine.cpu_dtype import choose
+from training.cpu_backend.budget import BudgetPlan, plan_steps
+from training.spec.model import TrainingSpec, load_spec
+
+#: The demo's promise after setup, per compute dtype (issue 31's targets).
+BUDGET_MINUTES = {"bfloat16": 20.0, "float32": 35.0}
+#: Seconds of a demo run that are not SFT or GRPO steps: services and Airflow up, dataset
+#: generated and validated, three quick evals in the training job, the DAG's evaluation of
+#: 96 held-out cases, registration, serving and the chat. From 2026-12-03 runs: about 6
+#: minutes on an AVX512-BF16 host (29.2 min demo, 23 of them in steps) and about 15 on the
+#: AVX2 host (92.7 min demo, 78 of them in steps).
+OVERHEAD_S = {"bfloat16": 360.0, "float32": 900.0}
+SPEC_FILE = "training_spec.yaml"
+
+
+@dataclass(frozen=True)
+class DemoBudget:
+    minutes: float
+    dtype: str
+    dtype_reason: str
+    spec_path: Path
+    plan: BudgetPlan | None
+
+    def describe(self) -> str:
+        if self.plan is None:
+            return f"no time budget: the spec's steps as written ({self.dtype})"
+        return (
+            f"time budget {self.minutes:g} minutes after setup ({self.dtype}: "
+            f"{self.dtype_reason}); training gets {self.plan.budget_s / 60:.1f} of them: "
+            f"{self.plan.reason}"
+        )
+
+
+def budgeted_spec(
+    spec_path: Path, workdir: Path, minutes: float | None, dtype: str | None = None
+) -> DemoBudget:
+    """Write the demo's training spec into `workdir` with the training share of the budget
+    (`minutes`; None: this CPU kind's default, 0: no budget) and return what was chosen."""
+    choice = choose("auto") if dtype is None else None
+    chosen = dtype or (choice.dtype if choice else "float32")
+    reason = choice.reason if choice else "given"
+    total = BUDGET_MINUTES[chosen] if minutes is None else minutes
+    if total < 0:
+        raise ValueError(f"--budget-minutes must be 0 (no budget) or positive, not {total:g}")
+    spec: TrainingSpec = load_spec(spec_path)
+    plan = None
+    if total > 0:
+        training_s = max(60.0, total * 60 - OVERHEAD_S[chosen])
+        cpu = spec.cpu.model_copy(update={"time_budget_s": training_s})
+        spec = spec.model_copy(update={"cpu": cpu})
+        plan = plan_steps(spec.cpu, training_s, chosen)
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / SPEC_FILE
+    out.write_text(
+        f"# {spec_path.name} with the demo's time budget (training/ops/demo/budget.py)\n"
+        + yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False),
+        encoding="utf-8",
+    )
+    return DemoBudget(total, chosen, reason, out, plan)
