@@ -23,6 +23,32 @@ def _mcp_defaults() -> tuple[str, str | None]:
     return settings.mcp_url, token
 
 
+def _evaluate_bfcl(
+    endpoint: str,
+    model: str,
+    out: Path,
+    bfcl: str,
+    concurrency: int,
+    limit: int | None,
+    quiet: bool,
+    bfcl_root: Path | None,
+) -> None:
+    """`eval --bfcl CATEGORIES`: the BFCL harness instead of the held-out split; exit 2 when
+    BFCL's data is not installed or a category is unknown."""
+    from training.evaluation.bfcl import BfclUnavailableError, evaluate_bfcl
+
+    categories = [c.strip() for c in bfcl.split(",") if c.strip()]
+    try:
+        bfcl_report = evaluate_bfcl(
+            endpoint, model, out, categories, concurrency, limit, not quiet, bfcl_root
+        )
+    except (BfclUnavailableError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(bfcl_report.metrics["by_category"]))
+    typer.echo(f"report: {out}")
+
+
 def eval_command(
     endpoint: Annotated[str, typer.Option(help="OpenAI-compatible base URL (.../v1).")],
     model: Annotated[str, typer.Option(help="Model name the endpoint serves.")],
@@ -66,18 +92,7 @@ def eval_command(
     if (data is None) == (bfcl is None):
         raise typer.BadParameter("give exactly one of --data and --bfcl")
     if bfcl is not None:
-        from training.evaluation.bfcl import BfclUnavailableError, evaluate_bfcl
-
-        categories = [c.strip() for c in bfcl.split(",") if c.strip()]
-        try:
-            bfcl_report = evaluate_bfcl(
-                endpoint, model, out, categories, concurrency, limit, not quiet, bfcl_root
-            )
-        except (BfclUnavailableError, ValueError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
-        typer.echo(json.dumps(bfcl_report.metrics["by_category"]))
-        typer.echo(f"report: {out}")
+        _evaluate_bfcl(endpoint, model, out, bfcl, concurrency, limit, quiet, bfcl_root)
         return
     default_url, token = _mcp_defaults()
     try:
