@@ -258,6 +258,17 @@ def demo(
             "pack's own `source:`).",
         ),
     ] = None,
+    runs: Annotated[
+        int,
+        typer.Option(
+            "--runs",
+            min=1,
+            max=10,
+            help="Scheduled runs to go through, each on a fresh dataset, the later ones "
+            "continuing from the champion; the champion's figures per run end in a table, "
+            "a plot and MLflow.",
+        ),
+    ] = 1,
     budget_minutes: Annotated[
         float | None,
         typer.Option(
@@ -289,6 +300,7 @@ def demo(
             pack=pack,
             pack_sources=sources,
             budget_minutes=budget_minutes,
+            runs=runs,
         )
     except (ValueError, DemoError, ServiceError, AirflowLoopError, AirflowServiceError) as exc:
         typer.secho(f"demo failed: {exc}", fg="red", err=True)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,6 +43,21 @@ class Identity:
     def client_env(self) -> dict[str, str]:
         """What an MLflow client process needs in its environment to act as this identity."""
         return {USERNAME_VAR: self.username, PASSWORD_VAR: self.password}
+
+    @contextmanager
+    def acting(self) -> Iterator[None]:
+        """This process's MLflow client acts as this identity inside the block (the
+        environment variables MLflow reads are set, then restored as they were)."""
+        saved = {key: os.environ.get(key) for key in (USERNAME_VAR, PASSWORD_VAR)}
+        os.environ.update(self.client_env())
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 @dataclass(frozen=True)

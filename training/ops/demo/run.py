@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -392,18 +393,11 @@ def current_champion(
     Read as `reader` (the serving identity) when the registry has auth on."""
     from training.registry.registry import RegistryError, resolve
 
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
-    os.environ.update(reader.client_env() if reader else {})
-    try:
-        return resolve(tracking_uri, f"models:/{name}@champion").version
-    except RegistryError:
-        return None
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with reader.acting() if reader else nullcontext():
+        try:
+            return resolve(tracking_uri, f"models:/{name}@champion").version
+        except RegistryError:
+            return None
 
 
 def _summary(
@@ -476,8 +470,11 @@ def _on_airflow(
     config_path: Path,
     rows: int,
     watch_training: Callable[[], Any],
+    runs: int = 1,
 ) -> tuple[Path, AirflowHandle]:
-    """Both DAGs on Airflow's services: trigger the dataset DAG, the scheduler does the rest."""
+    """Both DAGs on Airflow's services: trigger the dataset DAG, the scheduler does the rest;
+    `runs` times, as a schedule would (each a fresh dataset; after the first, retraining
+    continues from the champion)."""
     from training.pipeline.config import load_pipeline_config
 
     config = load_pipeline_config({"TOOLRL_PIPELINE_CONFIG": str(config_path)})
@@ -498,8 +495,11 @@ def _on_airflow(
         f"[green]up[/green] {handle.name}: healthy in {handle.seconds_to_healthy:.0f}s, DAGs "
         f"parsed in {time.monotonic() - started:.0f}s; UI {handle.api.base_url}"
     )
-    console.rule("[bold]Airflow DAG runs (scheduled by Airflow)")
-    loop = run_loop(handle, rows, console.print, watch_training)
+    loop = None
+    for run in range(1, runs + 1):
+        console.rule(f"[bold]Airflow DAG runs (scheduled by Airflow): run {run} of {runs}")
+        loop = run_loop(handle, rows, console.print, watch_training)
+    assert loop is not None
     return Path(loop.dataset_dir), handle
 
 
@@ -542,10 +542,13 @@ def run_demo(
     pack: str | None = None,
     pack_sources: Path | None = None,
     budget_minutes: float | None = None,
+    runs: int = 1,
 ) -> None:
     """The loop on the built-in tools, or with `pack` on a task pack's MCP server (see
     `training.ops.demo.pack`: generated against the server, trained and evaluated on its replay,
     served with the live server's tools)."""
+    if dags_test and runs > 1:
+        raise DemoError("--runs needs Airflow's scheduler: --dags-test runs the loop once")
     started = time.monotonic()
     workdir = workdir.resolve()
     for sub in ("logs", "mlflow", "datasets", "pipeline", "serving"):
@@ -583,7 +586,7 @@ def run_demo(
             dataset = _with_dags_test(workdir, secured, watch_training)
         else:
             dataset, handle = _on_airflow(
-                stack, workdir, env, ports, config_path, rows, watch_training
+                stack, workdir, env, ports, config_path, rows, watch_training, runs
             )
         promoted, reasons = gate_outcome(workdir)
         champion = current_champion(
@@ -611,6 +614,7 @@ def run_demo(
             )
         check = pack_answer_check(answer, expected) if target and answer else None
         _shoot_pages(workdir, dataset, handle)
+        _champion_history(workdir, env["MLFLOW_TRACKING_URI"], registry.pipeline)
         elapsed = time.monotonic() - started
         _summary(workdir, dataset, env, answer, elapsed, champion, promoted, check, question)
         _print_airflow_access(handle)
@@ -621,6 +625,36 @@ def run_demo(
         )
         if keep_running:
             _keep_running(stack, workdir)
+
+
+def _champion_history(workdir: Path, tracking_uri: str, identity: Identity) -> None:
+    """The champion's held-out figures after each retraining run in this workdir: a table
+    here, JSON and a plot in `reports/`, and one MLflow run in `champion-history`."""
+    from rich.table import Table
+
+    from training.ops.demo.history import (
+        FOLLOWED,
+        champion_history,
+        history_rows,
+        log_history,
+        write_history,
+    )
+
+    history = champion_history(workdir / "pipeline")
+    if not history:
+        return
+    table = Table(title="the champion after each scheduled run (held-out, 90% interval)")
+    for column in ("run", "champion", *(label for _, label in FOLLOWED)):
+        table.add_column(column)
+    for row in history_rows(history):
+        table.add_row(*row)
+    console.print(table)
+    files = write_history(history, workdir / "reports")
+    try:
+        run_id = log_history(tracking_uri, identity, history, files)
+        console.print(f"champion history      {files[-1]} (MLflow run {run_id})")
+    except Exception as exc:  # the figures are on disk; a registry hiccup must not end the demo
+        console.print(f"[yellow]champion history not logged to MLflow: {exc}[/yellow]")
 
 
 def _pack_target(pack: str, workdir: Path, sources: Path | None) -> PackDemo:

@@ -1,0 +1,105 @@
+"""The champion across scheduled runs (`training/ops/demo/history.py`), read from the files
+a retraining run leaves: the gate decision and the evaluations of candidate and champion."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from training.ops.demo.history import champion_history, history_rows, mlflow_metrics, write_history
+
+
+def metrics(exact: float, selection: float, passed: float) -> dict[str, object]:
+    return {
+        "metrics": {
+            "overall": {
+                "cases": 96,
+                "exact_call_accuracy": exact,
+                "tool_selection_accuracy": selection,
+                "pass_rate": passed,
+            },
+            "by_category": {"single": {"cases": 40}, "parallel": {"cases": 20},
+                            "multi_step": {"cases": 20}, "irrelevance": {"cases": 16}},
+        }
+    }  # fmt: skip
+
+
+def run(root: Path, name: str, order: int, decision: str, candidate: dict, champion: dict | None
+        ) -> None:  # fmt: skip
+    folder = root / name
+    (folder / "gate").mkdir(parents=True)
+    (folder / "eval").mkdir()
+    path = folder / "gate" / "gate_decision.json"
+    path.write_text(json.dumps({"decision": decision, "reasons": []}))
+    os.utime(path, (1_000 + order, 1_000 + order))  # runs are ordered by their decisions
+    (folder / "eval" / "candidate.json").write_text(json.dumps(candidate))
+    if champion is not None:
+        (folder / "eval" / "champion.json").write_text(json.dumps(champion))
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> Path:
+    run(tmp_path, "b-first", 1, "promote", metrics(0.50, 0.70, 0.45), None)
+    run(tmp_path, "a-second", 2, "reject", metrics(0.40, 0.60, 0.40), metrics(0.52, 0.71, 0.46))
+    run(tmp_path, "c-third", 3, "promote", metrics(0.60, 0.80, 0.55), metrics(0.51, 0.70, 0.44))
+    return tmp_path
+
+
+def test_the_champion_after_each_run_in_run_order(pipeline: Path) -> None:
+    history = champion_history(pipeline)
+    assert [h.run_dir.rsplit("/", 1)[-1] for h in history] == ["b-first", "a-second", "c-third"]
+    assert [h.champion for h in history] == ["candidate", "earlier", "candidate"]
+    exact = [h.figures["exact_call_accuracy"] for h in history]
+    # a rejected candidate leaves the earlier champion, measured on this run's cases
+    assert [f.value for f in exact] == [0.50, 0.52, 0.60]
+    assert all(f.cases == 80 and f.low < f.value < f.high for f in exact)  # tool cases only
+    rows = history_rows(history)
+    assert rows[1][:2] == ["2", "earlier"] and rows[2][1] == "candidate (promoted)"
+    assert rows[0][2].startswith("50% [") and rows[0][2].endswith("n=80")
+    assert ("champion/exact_call_accuracy", 0.6, 3) in mlflow_metrics(history)
+
+
+def test_a_first_run_rejected_has_no_champion(tmp_path: Path) -> None:
+    run(tmp_path, "only", 1, "reject", metrics(0.1, 0.2, 0.1), None)
+    (entry,) = champion_history(tmp_path)
+    assert entry.champion == "none" and entry.figures == {}
+    assert history_rows([entry])[0][2:] == ["-", "-", "-"]
+    assert [p.name for p in write_history([entry], tmp_path / "out")] == ["champion_history.json"]
+
+
+def test_history_is_written_as_json_and_a_plot(pipeline: Path, tmp_path: Path) -> None:
+    files = write_history(champion_history(pipeline), tmp_path / "reports")
+    assert [p.name for p in files] == ["champion_history.json", "champion_history.png"]
+    assert files[1].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads(files[0].read_text())
+    assert [r["figures"]["exact_call_accuracy"]["value"] for r in saved] == [0.5, 0.52, 0.6]
+
+
+def test_unreadable_files_are_skipped_not_fatal(tmp_path: Path) -> None:
+    run(tmp_path, "broken", 1, "promote", metrics(0.5, 0.5, 0.5), None)
+    (tmp_path / "broken" / "eval" / "candidate.json").write_text("{truncated")
+    (entry,) = champion_history(tmp_path)
+    assert entry.champion == "candidate" and entry.figures == {}
+
+
+def test_history_goes_to_mlflow_as_one_run_stepped_by_scheduled_run(
+    pipeline: Path, tmp_path: Path
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from training.ops.demo.history import log_history
+
+    history = champion_history(pipeline)
+    files = write_history(history, tmp_path / "reports")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = log_history(uri, None, history, files)
+    client = MlflowClient(uri)
+    steps = client.get_metric_history(run_id, "champion/exact_call_accuracy")
+    assert [(m.step, m.value) for m in sorted(steps, key=lambda m: m.step)] == [
+        (1, 0.5), (2, 0.52), (3, 0.6),
+    ]  # fmt: skip
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert artifacts == {"champion_history.json", "champion_history.png"}

@@ -1,0 +1,162 @@
+"""The champion across scheduled runs: what "keeps improving" means to a user.
+
+Each retraining run leaves its gate decision and the DAG's evaluation of the candidate and of
+the champion it was compared with, on the same held-out cases (`RUN/gate/gate_decision.json`,
+`RUN/eval/candidate.json`, `RUN/eval/champion.json`). After a run, the champion is the
+candidate if the gate promoted it, else the one it was compared with. This reads those files
+in run order and gives the champion's held-out figures per run with 90% Wilson intervals: a
+table for the terminal, a plot, and JSON (also logged to MLflow by the demo).
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from training.evaluation.report import rate_denominators, wilson_interval
+from training.registry.auth import Identity
+
+#: The figures followed across runs (per-case rates, so each has an interval).
+FOLLOWED = (
+    ("exact_call_accuracy", "exact call"),
+    ("tool_selection_accuracy", "tool selection"),
+    ("pass_rate", "pass"),
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    cases: int
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    run: int
+    run_dir: str
+    promoted: bool
+    champion: str
+    """candidate (promoted by this run), earlier (kept) or none (no champion yet)."""
+    figures: dict[str, Figure]
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def _figures(report: dict[str, Any]) -> dict[str, Figure]:
+    metrics = report.get("metrics") or {}
+    overall, counts = metrics.get("overall") or {}, rate_denominators(metrics)
+    found = {}
+    for key, _ in FOLLOWED:
+        value = overall.get(key)
+        if isinstance(value, int | float):
+            low, high = wilson_interval(float(value), counts.get(key, 0))
+            found[key] = Figure(round(float(value), 4), counts.get(key, 0), round(low, 4),
+                                round(high, 4))  # fmt: skip
+    return found
+
+
+def champion_history(pipeline: Path) -> list[RunFigures]:
+    """The champion's figures after each retraining run under `pipeline`, oldest first."""
+    decisions = sorted(pipeline.rglob("gate_decision.json"), key=lambda p: p.stat().st_mtime)
+    history = []
+    for index, decision_path in enumerate(decisions, start=1):
+        run_dir = decision_path.parent.parent
+        promoted = _read(decision_path).get("decision") == "promote"
+        candidate = _read(run_dir / "eval" / "candidate.json")
+        earlier = _read(run_dir / "eval" / "champion.json")
+        if promoted:
+            champion, figures = "candidate", _figures(candidate)
+        elif earlier:
+            champion, figures = "earlier", _figures(earlier)
+        else:
+            champion, figures = "none", {}
+        history.append(RunFigures(index, str(run_dir), promoted, champion, figures))
+    return history
+
+
+def history_rows(history: list[RunFigures]) -> list[list[str]]:
+    """One row per run: run, what the champion is, each followed figure with its interval."""
+    rows = []
+    for entry in history:
+        cells = [str(entry.run), entry.champion + (" (promoted)" if entry.promoted else "")]
+        for key, _ in FOLLOWED:
+            figure = entry.figures.get(key)
+            cells.append(
+                "-"
+                if figure is None
+                else f"{figure.value:.0%} [{figure.low:.0%}, {figure.high:.0%}] n={figure.cases}"
+            )
+        rows.append(cells)
+    return rows
+
+
+def write_history(history: list[RunFigures], out_dir: Path) -> list[Path]:
+    """`champion_history.json` and, with matplotlib, `champion_history.png` in `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / "champion_history.json"]
+    written[0].write_text(json.dumps([asdict(h) for h in history], indent=2), encoding="utf-8")
+    if not any(h.figures for h in history):
+        return written
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(6.4, 3.6))
+    for key, label in FOLLOWED:
+        points = [(h.run, h.figures[key]) for h in history if key in h.figures]
+        if not points:
+            continue
+        runs = [run for run, _ in points]
+        values = [f.value for _, f in points]
+        errors = [[f.value - f.low for _, f in points], [f.high - f.value for _, f in points]]
+        axes.errorbar(runs, values, yerr=errors, marker="o", capsize=4, label=label)
+    axes.set_xlabel("scheduled run")
+    axes.set_ylabel("champion, held-out (90% interval)")
+    axes.set_xticks([h.run for h in history])
+    axes.set_ylim(0, 1)
+    axes.legend(loc="lower right")
+    axes.set_title("The champion after each scheduled run")
+    figure.tight_layout()
+    png = out_dir / "champion_history.png"
+    figure.savefig(png, dpi=120)
+    pyplot.close(figure)
+    return [*written, png]
+
+
+def mlflow_metrics(history: list[RunFigures]) -> list[tuple[str, float, int]]:
+    """(name, value, step = run) for MLflow: the champion's figures per run."""
+    return [
+        (f"champion/{key}", figure.value, entry.run)
+        for entry in history
+        for key, figure in entry.figures.items()
+    ]
+
+
+def log_history(
+    tracking_uri: str, identity: Identity | None, history: list[RunFigures], files: list[Path]
+) -> str:
+    """The champion's figures per run as one MLflow run (metric step = scheduled run) in the
+    `champion-history` experiment, with the table's JSON and plot; returns its run id."""
+    import mlflow
+
+    with identity.acting() if identity else nullcontext():
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_experiment("champion-history")
+        with mlflow.start_run(run_name=f"champion over {len(history)} scheduled runs") as run:
+            for name, value, step in mlflow_metrics(history):
+                mlflow.log_metric(name, value, step=step)
+            for path in files:
+                mlflow.log_artifact(str(path))
+            return str(run.info.run_id)
