@@ -52,12 +52,13 @@ def _strategy(spec: TrainingSpec) -> str:
     return "megatron" if spec.parallel.strategy == "megatron" else spec.parallel.strategy
 
 
-def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
-    """The ordered list of `key=value` overrides for verl's `ppo_trainer` config."""
-    a, r, b, p = spec.algorithm, spec.rollout, spec.batch, spec.parallel
-    actor = "actor_rollout_ref.actor"
-    rollout = "actor_rollout_ref.rollout"
-    values: dict[str, Any] = {
+ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
+
+
+def _data_and_model(spec: TrainingSpec) -> dict[str, Any]:
+    """The dataset's files and lengths, and the model to start from."""
+    return {
         # data
         "data.train_files": spec.data.train_files,
         "data.val_files": spec.data.test_files,
@@ -75,48 +76,75 @@ def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
         "actor_rollout_ref.model.use_remove_padding": (
             spec.model.attn_implementation == "flash_attention_2"
         ),
+    }
+
+
+def _algorithm_and_optimiser(spec: TrainingSpec) -> dict[str, Any]:
+    """The RL algorithm's loss, the optimiser and the batch sizes."""
+    a, b = spec.algorithm, spec.batch
+    return {
         # algorithm
         "algorithm.adv_estimator": a.adv_estimator,
         "algorithm.use_kl_in_reward": False,
-        f"{actor}.policy_loss.loss_mode": a.loss,
-        f"{actor}.clip_ratio_low": a.clip_ratio_low,
-        f"{actor}.clip_ratio_high": a.clip_ratio_high,
-        f"{actor}.use_kl_loss": a.use_kl_loss,
-        f"{actor}.kl_loss_coef": a.kl_loss_coef,
-        f"{actor}.kl_loss_type": a.kl_loss_type,
-        f"{actor}.entropy_coeff": a.entropy_coeff,
-        f"{actor}.loss_agg_mode": a.loss_agg_mode,
+        f"{ACTOR}.policy_loss.loss_mode": a.loss,
+        f"{ACTOR}.clip_ratio_low": a.clip_ratio_low,
+        f"{ACTOR}.clip_ratio_high": a.clip_ratio_high,
+        f"{ACTOR}.use_kl_loss": a.use_kl_loss,
+        f"{ACTOR}.kl_loss_coef": a.kl_loss_coef,
+        f"{ACTOR}.kl_loss_type": a.kl_loss_type,
+        f"{ACTOR}.entropy_coeff": a.entropy_coeff,
+        f"{ACTOR}.loss_agg_mode": a.loss_agg_mode,
         # optimisation and batches
-        f"{actor}.optim.lr": spec.optim.lr,
-        f"{actor}.optim.lr_warmup_steps": spec.optim.warmup_steps or -1,
-        f"{actor}.optim.weight_decay": spec.optim.weight_decay,
-        f"{actor}.optim.clip_grad": spec.optim.grad_clip,
-        f"{actor}.ppo_mini_batch_size": b.ppo_mini_batch_size,
-        f"{actor}.ppo_micro_batch_size_per_gpu": b.micro_batch_size_per_gpu,
-        f"{actor}.use_dynamic_bsz": b.use_dynamic_bsz,
-        f"{actor}.ppo_max_token_len_per_gpu": b.max_token_len_per_gpu,
-        f"{rollout}.log_prob_micro_batch_size_per_gpu": b.micro_batch_size_per_gpu,
+        f"{ACTOR}.optim.lr": spec.optim.lr,
+        f"{ACTOR}.optim.lr_warmup_steps": spec.optim.warmup_steps or -1,
+        f"{ACTOR}.optim.weight_decay": spec.optim.weight_decay,
+        f"{ACTOR}.optim.clip_grad": spec.optim.grad_clip,
+        f"{ACTOR}.ppo_mini_batch_size": b.ppo_mini_batch_size,
+        f"{ACTOR}.ppo_micro_batch_size_per_gpu": b.micro_batch_size_per_gpu,
+        f"{ACTOR}.use_dynamic_bsz": b.use_dynamic_bsz,
+        f"{ACTOR}.ppo_max_token_len_per_gpu": b.max_token_len_per_gpu,
+        f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": b.micro_batch_size_per_gpu,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": b.micro_batch_size_per_gpu,
+    }
+
+
+def _parallelism(spec: TrainingSpec) -> dict[str, Any]:
+    """How the actor is sharded and over how many GPUs."""
+    p = spec.parallel
+    return {
         # parallelism
-        f"{actor}.strategy": _strategy(spec),
-        f"{actor}.ulysses_sequence_parallel_size": p.ulysses_sequence_parallel_size,
+        f"{ACTOR}.strategy": _strategy(spec),
+        f"{ACTOR}.ulysses_sequence_parallel_size": p.ulysses_sequence_parallel_size,
         "trainer.n_gpus_per_node": p.n_gpus_per_node,
         "trainer.nnodes": p.nnodes,
+    }
+
+
+def _rollout(spec: TrainingSpec, tool_config_path: str) -> dict[str, Any]:
+    """The rollout engine and verl's multi-turn tool agent loop."""
+    r = spec.rollout
+    return {
         # rollout: async vLLM/SGLang server, multi-turn tool agent loop
-        f"{rollout}.name": r.engine,
-        f"{rollout}.mode": "async",
-        f"{rollout}.n": r.n,
-        f"{rollout}.temperature": r.temperature,
-        f"{rollout}.top_p": r.top_p,
-        f"{rollout}.tensor_model_parallel_size": r.tensor_parallel,
-        f"{rollout}.gpu_memory_utilization": r.gpu_memory_utilization,
-        f"{rollout}.agent.default_agent_loop": "tool_agent",
-        f"{rollout}.multi_turn.enable": True,
-        f"{rollout}.multi_turn.format": spec.model.call_format,
-        f"{rollout}.multi_turn.max_assistant_turns": r.max_turns,
-        f"{rollout}.multi_turn.max_parallel_calls": r.max_parallel_calls,
-        f"{rollout}.multi_turn.max_tool_response_length": r.tool_response_truncate,
-        f"{rollout}.multi_turn.tool_config_path": tool_config_path,
+        f"{ROLLOUT}.name": r.engine,
+        f"{ROLLOUT}.mode": "async",
+        f"{ROLLOUT}.n": r.n,
+        f"{ROLLOUT}.temperature": r.temperature,
+        f"{ROLLOUT}.top_p": r.top_p,
+        f"{ROLLOUT}.tensor_model_parallel_size": r.tensor_parallel,
+        f"{ROLLOUT}.gpu_memory_utilization": r.gpu_memory_utilization,
+        f"{ROLLOUT}.agent.default_agent_loop": "tool_agent",
+        f"{ROLLOUT}.multi_turn.enable": True,
+        f"{ROLLOUT}.multi_turn.format": spec.model.call_format,
+        f"{ROLLOUT}.multi_turn.max_assistant_turns": r.max_turns,
+        f"{ROLLOUT}.multi_turn.max_parallel_calls": r.max_parallel_calls,
+        f"{ROLLOUT}.multi_turn.max_tool_response_length": r.tool_response_truncate,
+        f"{ROLLOUT}.multi_turn.tool_config_path": tool_config_path,
+    }
+
+
+def _reward(spec: TrainingSpec) -> dict[str, Any]:
+    """The project's rule reward, with the spec's reward settings."""
+    return {
         # reward: the project's rule reward, loaded by path through verl's loader
         "reward.reward_manager.name": "naive",
         "reward.custom_reward_function.path": str(REWARD_ENTRY),
@@ -125,6 +153,12 @@ def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
             "call_format": spec.model.call_format,
             "reward_config": spec.reward.model_dump(mode="json"),
         },
+    }
+
+
+def _trainer(spec: TrainingSpec) -> dict[str, Any]:
+    """The schedule, checkpoints and tracking."""
+    return {
         # trainer: schedule, checkpoints, tracking
         "trainer.total_epochs": spec.schedule.total_epochs,
         "trainer.save_freq": spec.checkpoint.save_freq,
@@ -137,14 +171,21 @@ def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
         "trainer.logger": list(spec.tracking.loggers),
         "trainer.val_before_train": False,
     }
+
+
+def _by_configuration(spec: TrainingSpec) -> dict[str, Any]:
+    """The keys that depend on the configuration: the strategy's own, the attention kernel
+    when not flash-attn, a step limit, and the checkpoint callback."""
+    p = spec.parallel
+    values: dict[str, Any] = {}
     if spec.parallel.strategy != "megatron":
-        values[f"{actor}.fsdp_config.param_offload"] = p.param_offload
-        values[f"{actor}.fsdp_config.optimizer_offload"] = p.optimizer_offload
-        values[f"{actor}.fsdp_config.model_dtype"] = "bf16"
+        values[f"{ACTOR}.fsdp_config.param_offload"] = p.param_offload
+        values[f"{ACTOR}.fsdp_config.optimizer_offload"] = p.optimizer_offload
+        values[f"{ACTOR}.fsdp_config.model_dtype"] = "bf16"
     else:
-        values[f"{actor}.megatron.tensor_model_parallel_size"] = p.megatron_tensor_parallel
-        values[f"{actor}.megatron.pipeline_model_parallel_size"] = p.megatron_pipeline_parallel
-        values[f"{actor}.megatron.expert_model_parallel_size"] = p.megatron_expert_parallel
+        values[f"{ACTOR}.megatron.tensor_model_parallel_size"] = p.megatron_tensor_parallel
+        values[f"{ACTOR}.megatron.pipeline_model_parallel_size"] = p.megatron_pipeline_parallel
+        values[f"{ACTOR}.megatron.expert_model_parallel_size"] = p.megatron_expert_parallel
     if spec.model.attn_implementation != "flash_attention_2":
         values["+actor_rollout_ref.model.override_config.attn_implementation"] = (
             spec.model.attn_implementation
@@ -154,6 +195,20 @@ def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
     # Always: the callback writes the completion marker that resume and the final-step check
     # trust; it mirrors to S3 only when the job's environment names a bucket.
     values["trainer.checkpoint_callback_class"] = CHECKPOINT_CALLBACK
+    return values
+
+
+def build_overrides(spec: TrainingSpec, tool_config_path: str) -> list[str]:
+    """The ordered list of `key=value` overrides for verl's `ppo_trainer` config."""
+    values: dict[str, Any] = {
+        **_data_and_model(spec),
+        **_algorithm_and_optimiser(spec),
+        **_parallelism(spec),
+        **_rollout(spec, tool_config_path),
+        **_reward(spec),
+        **_trainer(spec),
+        **_by_configuration(spec),
+    }
     overrides = [f"{key}={hydra_value(value)}" for key, value in values.items()]
     return overrides + list(spec.verl_overrides)
 
