@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from serving.agent import TransportError
 from serving.frontdoor.replies import completion_body
-from serving.frontdoor.request import check_tool_names, parse_chat_request
+from serving.frontdoor.request import ChatRequest, check_tool_names, parse_chat_request
 from serving.frontdoor.stream import Episode, stream_episode
 from serving.launch.switch import Switchboard
 from serving.openai_request import OpenAIRequestError, json_object
@@ -53,21 +53,27 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
     return web.json_response(body, status=status)
 
 
-def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Application:
-    """The aiohttp app; `switchboard.current` is read per request (reload-safe)."""
-    slots = asyncio.Semaphore(config.max_concurrent)
-    key = config.api_key.get_secret_value().encode() if config.api_key else None
-    in_flight = [0]
+class _FrontDoor:
+    """The handlers, with what they share: the concurrency slots, the bearer key and the
+    count of episodes in flight."""
 
-    def authorised(request: web.Request) -> bool:
-        if key is None:
+    def __init__(self, switchboard: Switchboard, config: FrontDoorConfig) -> None:
+        self.switchboard = switchboard
+        self.config = config
+        self.slots = asyncio.Semaphore(config.max_concurrent)
+        self.key = config.api_key.get_secret_value().encode() if config.api_key else None
+        self.in_flight = 0
+
+    def authorised(self, request: web.Request) -> bool:
+        if self.key is None:
             return True
         given = request.headers.get("Authorization", "")
-        return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), key)
+        return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), self.key)
 
-    async def chat(request: web.Request) -> web.StreamResponse:
+    async def chat(self, request: web.Request) -> web.StreamResponse:
         received_at = time.perf_counter()
-        if not authorised(request):
+        config = self.config
+        if not self.authorised(request):
             return error_response(401, "missing or wrong bearer key", "authentication_error")
         try:
             raw = await request.read()
@@ -77,12 +83,20 @@ def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Applicat
         except OpenAIRequestError as exc:
             return error_response(exc.status, exc.message, exc.kind)
         try:
-            await asyncio.wait_for(slots.acquire(), config.queue_timeout_s)
+            await asyncio.wait_for(self.slots.acquire(), config.queue_timeout_s)
         except TimeoutError:
             return error_response(429, "front door is at capacity; retry later", "rate_limit")
-        upstream = switchboard.current
+        return await self._answer(request, chat_request, received_at)
+
+    async def _answer(
+        self, request: web.Request, chat_request: ChatRequest, received_at: float
+    ) -> web.StreamResponse:
+        """Run the episode on the current upstream (a slot is held) and answer with its
+        completion, streamed or whole; the slot and the upstream are released either way."""
+        config = self.config
+        upstream = self.switchboard.current
         upstream.enter()
-        in_flight[0] += 1
+        self.in_flight += 1
         try:
             try:
                 server_tools = {t["function"]["name"] for t in await upstream.agent.tool_schemas()}
@@ -104,31 +118,35 @@ def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Applicat
         except TimeoutError:
             return error_response(504, "the agent did not finish in time", "timeout")
         finally:
-            in_flight[0] -= 1
+            self.in_flight -= 1
             upstream.leave()
-            slots.release()
+            self.slots.release()
         if trajectory.error is not None:
             return error_response(502, f"upstream failure: {trajectory.error}", "upstream_error")
         body = completion_body(trajectory, config.model_name, upstream.version, received_at)
         return web.json_response(body)
 
-    async def models(request: web.Request) -> web.Response:
-        if not authorised(request):
+    async def models(self, request: web.Request) -> web.Response:
+        if not self.authorised(request):
             return error_response(401, "missing or wrong bearer key", "authentication_error")
-        entry = {"id": config.model_name, "object": "model", "owned_by": "toolrl"}
+        entry = {"id": self.config.model_name, "object": "model", "owned_by": "toolrl"}
         return web.json_response({"object": "list", "data": [entry]})
 
-    async def health(_: web.Request) -> web.Response:
+    async def health(self, _: web.Request) -> web.Response:
         return web.json_response(
             {
                 "status": "ok",
-                "model_version": switchboard.current.version,
-                "in_flight": in_flight[0],
+                "model_version": self.switchboard.current.version,
+                "in_flight": self.in_flight,
             }
         )
 
+
+def build_app(switchboard: Switchboard, config: FrontDoorConfig) -> web.Application:
+    """The aiohttp app; `switchboard.current` is read per request (reload-safe)."""
+    door = _FrontDoor(switchboard, config)
     app = web.Application(client_max_size=config.max_body_bytes)
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", health)
+    app.router.add_post("/v1/chat/completions", door.chat)
+    app.router.add_get("/v1/models", door.models)
+    app.router.add_get("/health", door.health)
     return app
