@@ -174,7 +174,7 @@ JW=$W/jobs/$JOB
 if [ "${RESUME:-0}" != 1 ]; then rm -rf "$W/jobs" "$W/rollouts"; fi
 rm -rf "$W/eval" && mkdir -p "$JW" "$W/eval"
 if [ ! -f "$JW/data/test.parquet" ]; then
-  log "dataset: 1,100 rows (seed 0, English), 132 held out"
+  log "dataset: 1,100 rows (seed 0, English): 979 train, 121 held out"
   "$PY" -m training.cli data generate --out "$JW/data" --n 1100 --test-fraction 0.12 --seed 0 \
     --chinese-fraction 0 --quiet >>"$R/stages.log" 2>&1 &
   DATA_PID=$!
