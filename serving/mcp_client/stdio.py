@@ -26,9 +26,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import signal
-from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,38 +40,17 @@ from serving.mcp_client.base import (
     ToolCallResult,
     call_result,
 )
+from serving.mcp_client.stdio_process import ServerProcess, StderrSink
 from serving.runtime.processes import signal_process_group, stop_process_group_async
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Longest stdout line (one JSON-RPC message) accepted; a longer one breaks the connection."""
 MAX_GARBAGE_LINES = 64
 """Non-JSON-RPC stdout lines tolerated before the server is declared broken."""
-STDERR_TAIL_BYTES = 4_096
-"""How much of the server's latest stderr an error message quotes."""
 MAX_PAGES = 100
 """tools/list pages followed before a server is considered to loop on its cursor."""
 SHUTDOWN_GRACE_S = 2.0
 """Time given to exit after stdin closes, and again after SIGTERM, before SIGKILL."""
-
-
-class _Process:
-    """One running child: its pipes, reader tasks and pending requests. Replaced on restart."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.tasks: list[asyncio.Task[None]] = []
-        self.garbage: deque[str] = deque(maxlen=3)
-        self.garbage_count = 0
-        self.broken: str | None = None
-        """Why the connection is unusable although the process may still run."""
-        self.exited = asyncio.Event()
-        self.ready = False
-        """The handshake completed: a disconnect is a crash, not a failed start."""
-
-    @property
-    def alive(self) -> bool:
-        return self.broken is None and self.proc.returncode is None and not self.exited.is_set()
 
 
 class StdioMcpClient:
@@ -101,16 +78,14 @@ class StdioMcpClient:
         self.env = dict(env) if env is not None else None
         self.cwd = str(cwd) if cwd is not None else None
         self.timeout_s = timeout_s
-        self.log_path = log_path
-        self.max_log_bytes = max_log_bytes
         self.starts = 0
         """How many times the server process was started (1 + restarts)."""
         self.server_info: dict[str, Any] = {}
         self.protocol_version: str | None = None
         self._ids = itertools.count(1)
-        self._current: _Process | None = None
+        self._current: ServerProcess | None = None
         self._start_lock = asyncio.Lock()
-        self._stderr_tail = bytearray()
+        self._stderr = StderrSink(log_path, max_log_bytes)
         self._closed = False
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -119,28 +94,12 @@ class StdioMcpClient:
 
     def stderr_tail(self) -> str:
         """The last lines the server wrote to stderr (bounded), for error messages."""
-        text = self._stderr_tail.decode("utf-8", "replace").strip()
-        return text[-STDERR_TAIL_BYTES:]
+        return self._stderr.tail()
 
-    def _describe_exit(self, current: _Process) -> str:
-        parts = []
-        if current.broken:
-            parts.append(current.broken)
-        code = current.proc.returncode
-        if code is not None:
-            parts.append(f"exited with code {code}")
-        if current.garbage_count:
-            sample = "; ".join(repr(line) for line in current.garbage)
-            parts.append(
-                f"wrote {current.garbage_count} stdout line(s) that are not JSON-RPC "
-                f"(e.g. {sample}); an MCP stdio server must log to stderr only"
-            )
-        tail = self.stderr_tail()
-        if tail:
-            parts.append(f"stderr: {tail[-600:]}")
-        return "; ".join(parts) or "the connection closed"
+    def _describe_exit(self, current: ServerProcess) -> str:
+        return current.describe_exit(self.stderr_tail())
 
-    async def _ensure_started(self) -> _Process:
+    async def _ensure_started(self) -> ServerProcess:
         current = self._current
         if current is not None and current.alive:
             return current
@@ -161,8 +120,8 @@ class StdioMcpClient:
                 raise
             return current
 
-    async def _spawn(self) -> _Process:
-        self._stderr_tail.clear()
+    async def _spawn(self) -> ServerProcess:
+        self._stderr.clear()
         try:
             proc = await asyncio.create_subprocess_exec(
                 self.command,
@@ -186,14 +145,16 @@ class StdioMcpClient:
         except OSError as exc:
             raise McpClientError(f"{self._where()}: cannot start: {exc}") from exc
         self.starts += 1
-        current = _Process(proc)
+        current = ServerProcess(proc)
+        stderr = proc.stderr
+        assert stderr is not None
         current.tasks = [
             asyncio.create_task(self._read_stdout(current), name=f"mcp-{self.name}-stdout"),
-            asyncio.create_task(self._read_stderr(current), name=f"mcp-{self.name}-stderr"),
+            asyncio.create_task(self._stderr.drain(stderr), name=f"mcp-{self.name}-stderr"),
         ]
         return current
 
-    async def _handshake(self, current: _Process) -> None:
+    async def _handshake(self, current: ServerProcess) -> None:
         result = await self._request_on(
             current,
             "initialize",
@@ -212,7 +173,7 @@ class StdioMcpClient:
         current.ready = True
 
     # --- pipes -------------------------------------------------------------------------------
-    async def _send(self, current: _Process, message: Mapping[str, Any]) -> None:
+    async def _send(self, current: ServerProcess, message: Mapping[str, Any]) -> None:
         stdin = current.proc.stdin
         if stdin is None or stdin.is_closing():
             raise McpClientError(f"{self._where()}: {self._describe_exit(current)}")
@@ -224,7 +185,7 @@ class StdioMcpClient:
             await asyncio.sleep(0)  # let the reader see EOF and the exit code
             raise McpClientError(f"{self._where()}: {self._describe_exit(current)}") from exc
 
-    async def _read_stdout(self, current: _Process) -> None:
+    async def _read_stdout(self, current: ServerProcess) -> None:
         stdout = current.proc.stdout
         assert stdout is not None
         try:
@@ -242,7 +203,7 @@ class StdioMcpClient:
         finally:
             await self._on_disconnect(current)
 
-    async def _dispatch(self, current: _Process, line: bytes) -> None:
+    async def _dispatch(self, current: ServerProcess, line: bytes) -> None:
         text = line.strip()
         if not text:
             return
@@ -266,7 +227,7 @@ class StdioMcpClient:
             if future is not None and not future.done():
                 future.set_result(item)
 
-    async def _answer_server_request(self, current: _Process, message: dict[str, Any]) -> None:
+    async def _answer_server_request(self, current: ServerProcess, message: dict[str, Any]) -> None:
         """Server-to-client traffic: notifications are ignored, `ping` is answered, anything
         else is refused (no sampling, roots or elicitation capability was declared)."""
         if "id" not in message:
@@ -279,36 +240,7 @@ class StdioMcpClient:
         with contextlib.suppress(McpClientError):
             await self._send(current, reply)
 
-    async def _read_stderr(self, current: _Process) -> None:
-        stderr = current.proc.stderr
-        assert stderr is not None
-        log = None
-        if self.log_path is not None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = self.log_path.open("ab")
-        try:
-            while chunk := await stderr.read(8192):
-                self._stderr_tail += chunk
-                del self._stderr_tail[: -STDERR_TAIL_BYTES * 2]
-                if log is not None:
-                    log = self._write_log(log, chunk)
-        finally:
-            if log is not None:
-                log.close()
-
-    def _write_log(self, log: Any, chunk: bytes) -> Any:
-        """Append to the log; past `max_log_bytes` the file moves to `.1` and a new one starts
-        (two files at most, so a chatty server cannot fill the disk)."""
-        assert self.log_path is not None
-        log.write(chunk)
-        log.flush()
-        if log.tell() > self.max_log_bytes:
-            log.close()
-            os.replace(self.log_path, self.log_path.with_name(self.log_path.name + ".1"))
-            log = self.log_path.open("ab")
-        return log
-
-    async def _on_disconnect(self, current: _Process) -> None:
+    async def _on_disconnect(self, current: ServerProcess) -> None:
         """Stdout closed or broke: wait briefly for the exit code, then fail what is pending."""
         if current.broken is None:
             with contextlib.suppress(TimeoutError):
@@ -332,7 +264,7 @@ class StdioMcpClient:
 
     # --- requests ----------------------------------------------------------------------------
     async def _request_on(
-        self, current: _Process, method: str, params: dict[str, Any] | None
+        self, current: ServerProcess, method: str, params: dict[str, Any] | None
     ) -> dict[str, Any]:
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -409,7 +341,7 @@ class StdioMcpClient:
         return call_result(result)
 
     # --- shutdown ----------------------------------------------------------------------------
-    async def _stop(self, current: _Process) -> None:
+    async def _stop(self, current: ServerProcess) -> None:
         proc = current.proc
         if proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()  # the spec's shutdown: most servers exit on end of input
