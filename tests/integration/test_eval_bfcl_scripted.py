@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from training.evaluation.bfcl import (
-    DEFAULT_CATEGORIES,
+from training.evaluation.bfcl import DEFAULT_CATEGORIES, evaluate_bfcl
+from training.evaluation.bfcl_wheel import (
     BfclApi,
     BfclUnavailableError,
-    evaluate_bfcl,
     load_bfcl,
     load_category,
     score_output,

@@ -1,6 +1,6 @@
 """BFCL (Berkeley Function Calling Leaderboard) AST categories, scored by BFCL's own checker.
 
-Data and checker come from the `bfcl-eval` wheel, used as a library: its loaders
+Data and checker come from the `bfcl-eval` wheel, used as a library (`bfcl_wheel`): its loaders
 (`load_dataset_entry`, `load_ground_truth_entry`, with BFCL's language hints), its
 `ast_checker` and its output-format checks. The wheel cannot join the project's environment
 (it pins numpy 1.26 and pulls vendor SDKs), so it is installed without dependencies into its
@@ -11,7 +11,7 @@ models: names with "." were sent as "_" (`underscore_to_dot`).
 
 The prompt is built as BFCL builds it for function-calling models: the question's messages,
 no system prompt, and the functions converted to OpenAI tools exactly as BFCL's
-`convert_to_tool` does (reimplemented below because its module imports tree-sitter). Each
+`convert_to_tool` does (reimplemented in `bfcl_wheel` because its module imports tree-sitter). Each
 case is one model response through the project's agent loop (turn limit 1, nothing
 executed), decoded as BFCL's FC handler decodes it: `[{name: arguments}]`, or the text when
 there is no call. Accuracy per category = valid / total, as BFCL reports it.
@@ -20,23 +20,26 @@ there is no call. Accuracy per category = valid / total, as BFCL reports it.
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime as dt
 import hashlib
 import json
-import re
-import sys
 import time
 import types
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from serving.agent import Agent, AgentConfig, ChatClient, EndpointBackend
+from training.evaluation.bfcl_wheel import (
+    BfclApi,
+    load_bfcl,
+    load_category,
+    score_output,
+    to_openai_tools,
+)
 from training.evaluation.report import EvalReport, EvalSource, write_report
 
 DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
@@ -50,119 +53,7 @@ SUPPORTED = (
     "live_parallel_multiple",
     "live_irrelevance",
 )
-MODEL_NAME = "toolrl"
 _DECODE_FAILURES = frozenset({"bad_json", "bad_structure"})
-
-
-class BfclUnavailableError(RuntimeError):
-    """bfcl-eval is not importable; the message says how to install it."""
-
-
-@dataclass(frozen=True)
-class BfclApi:
-    """The parts of bfcl-eval the harness calls."""
-
-    version: str
-    load_dataset_entry: Any
-    load_ground_truth_entry: Any
-    ast_checker: Any
-    language: Any
-    is_function_calling_format_output: Any
-    is_empty_output: Any
-    gorilla_to_openapi: Mapping[str, str]
-
-
-class _OpenAiCompatible:
-    underscore_to_dot = True
-
-
-class _ModelConfigs(dict[str, Any]):
-    def __missing__(self, key: str) -> _OpenAiCompatible:
-        return _OpenAiCompatible()
-
-
-def load_bfcl(root: Path | None = None) -> BfclApi:
-    """Import bfcl-eval (from `root`, a `pip install --target` dir, when given)."""
-    if root is not None:
-        if not (root / "bfcl_eval").is_dir():
-            raise BfclUnavailableError(f"{root} has no bfcl_eval package")
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
-    stub = types.ModuleType("bfcl_eval.constants.model_config")
-    stub.MODEL_CONFIG_MAPPING = _ModelConfigs()  # type: ignore[attr-defined]
-    sys.modules.setdefault("bfcl_eval.constants.model_config", stub)
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        from bfcl_eval.constants.enums import Language
-        from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
-        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
-        from bfcl_eval.utils import (
-            is_empty_output,
-            is_function_calling_format_output,
-            load_dataset_entry,
-            load_ground_truth_entry,
-        )
-    except ImportError as exc:
-        raise BfclUnavailableError(
-            "bfcl-eval is not importable; install its data and checker with "
-            "`pip install --no-deps --target DIR bfcl-eval` and pass --bfcl-root DIR "
-            f"({exc})"
-        ) from exc
-    try:
-        found = version("bfcl-eval")
-    except PackageNotFoundError:
-        found = "unknown"
-    return BfclApi(
-        found,
-        load_dataset_entry,
-        load_ground_truth_entry,
-        ast_checker,
-        Language,
-        is_function_calling_format_output,
-        is_empty_output,
-        GORILLA_TO_OPENAPI,
-    )
-
-
-def _cast_to_openai_type(properties: dict[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
-    """BFCL's `_cast_to_openai_type` (bfcl_eval/model_handler/utils.py, Apache-2.0)."""
-    for key, value in properties.items():
-        if "type" not in value:
-            properties[key]["type"] = "string"
-        else:
-            var_type = value["type"]
-            if var_type == "float":
-                properties[key]["format"] = "float"
-                properties[key]["description"] += " This is a float type value."
-            properties[key]["type"] = mapping.get(var_type, "string")
-        if properties[key]["type"] in ("array", "object"):
-            if "properties" in properties[key]:
-                properties[key]["properties"] = _cast_to_openai_type(
-                    properties[key]["properties"], mapping
-                )
-            elif "items" in properties[key]:
-                items = properties[key]["items"]
-                items["type"] = mapping[items["type"]]
-                if items["type"] == "array" and "items" in items:
-                    items["items"]["type"] = mapping[items["items"]["type"]]
-                elif items["type"] == "object" and "properties" in items:
-                    items["properties"] = _cast_to_openai_type(items["properties"], mapping)
-    return properties
-
-
-def to_openai_tools(functions: Sequence[Mapping[str, Any]], api: BfclApi) -> list[dict[str, Any]]:
-    """BFCL's `convert_to_tool` for OpenAI-style function-calling models."""
-    tools = []
-    items: list[dict[str, Any]] = copy.deepcopy([dict(f) for f in functions])
-    for item in items:
-        item["name"] = re.sub(r"\.", "_", item["name"])
-        item["parameters"]["type"] = "object"
-        item["parameters"]["properties"] = _cast_to_openai_type(
-            item["parameters"]["properties"], api.gorilla_to_openapi
-        )
-        tools.append({"type": "function", "function": item})
-    return tools
 
 
 class _StaticTools:
@@ -185,36 +76,6 @@ class _StaticTools:
         return types.SimpleNamespace(text="(not executed)", is_error=False)
 
 
-def _language(category: str, api: BfclApi) -> Any:
-    if category.endswith("java"):
-        return api.language.JAVA
-    if category.endswith("javascript"):
-        return api.language.JAVASCRIPT
-    return api.language.PYTHON
-
-
-def score_output(
-    category: str,
-    model_result: Any,
-    functions: list[dict[str, Any]],
-    possible_answer: list[Any] | None,
-    api: BfclApi,
-) -> dict[str, Any]:
-    """BFCL's verdict for one decoded output (`[{name: args}]` list, or text)."""
-    decodable = isinstance(model_result, list)
-    if "irrelevance" in category:
-        called = decodable and not api.is_empty_output(model_result)
-        return {"valid": not called, "error_type": "irrelevance_error:decoder_success"}
-    if not decodable:
-        return {"valid": False, "error_type": "ast_decoder:decoder_failed"}
-    if not api.is_function_calling_format_output(model_result):
-        return {"valid": False, "error_type": "ast_decoder:decoder_wrong_output_format"}
-    result: dict[str, Any] = api.ast_checker(
-        functions, model_result, possible_answer, _language(category, api), category, MODEL_NAME
-    )
-    return result
-
-
 async def _run_case(
     chat: ChatClient, api: BfclApi, category: str, entry: dict[str, Any], answer: Any
 ) -> dict[str, Any]:
@@ -235,25 +96,6 @@ async def _run_case(
         model_result = trajectory.turns[0].content if trajectory.turns else ""
     verdict = score_output(category, model_result, entry["function"], answer, api)
     return {"id": entry["id"], **verdict}
-
-
-def load_category(
-    api: BfclApi, category: str, limit: int | None
-) -> list[tuple[dict[str, Any], Any]]:
-    """(entry, possible answer) pairs; entries carry BFCL's prompt-time function docs (with
-    language hints) as `prompt_function` and the checker-time docs as `function`."""
-    prompted = api.load_dataset_entry(category, include_prereq=False)
-    plain = {e["id"]: e for e in api.load_dataset_entry(
-        category, include_prereq=False, include_language_specific_hint=False)}  # fmt: skip
-    answers = {}
-    if "irrelevance" not in category:
-        answers = {a["id"]: a["ground_truth"] for a in api.load_ground_truth_entry(category)}
-    pairs = []
-    for entry in prompted[:limit] if limit else prompted:
-        merged = {**entry, "prompt_function": entry["function"],
-                  "function": plain[entry["id"]]["function"]}  # fmt: skip
-        pairs.append((merged, answers.get(entry["id"])))
-    return pairs
 
 
 def _read_journal(path: Path | None, key: str) -> dict[tuple[str, str], dict[str, Any]]:

@@ -35,7 +35,8 @@ def _evaluate_bfcl(
 ) -> None:
     """`eval --bfcl CATEGORIES`: the BFCL harness instead of the held-out split; exit 2 when
     BFCL's data is not installed or a category is unknown."""
-    from training.evaluation.bfcl import BfclUnavailableError, evaluate_bfcl
+    from training.evaluation.bfcl import evaluate_bfcl
+    from training.evaluation.bfcl_wheel import BfclUnavailableError
 
     categories = [c.strip() for c in bfcl.split(",") if c.strip()]
     try:
