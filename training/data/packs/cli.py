@@ -34,13 +34,6 @@ PackArgument = Annotated[
 ]
 
 
-def resolve_pack(text: str) -> Path:
-    """A path as given, else a shipped pack's name (`training.data.packs.loader`)."""
-    from training.data.packs.loader import resolve_pack as resolve
-
-    return resolve(text)
-
-
 def _fail(message: str, code: int = 2) -> typer.Exit:
     typer.secho(message, fg="red", err=True)
     return typer.Exit(code)
@@ -63,7 +56,7 @@ def _first_error(exc: Exception) -> str:
 
 
 def _load(text: str) -> LoadedPack:
-    from training.data.packs.loader import PackError, load_pack
+    from training.data.packs.loader import PackError, load_pack, resolve_pack
 
     try:
         return load_pack(resolve_pack(text))
