@@ -10,7 +10,8 @@ and `digest` names the bundle, so a rerun on a warm machine skips an installed o
 
 Subcommands (stdlib only until `export-model`, so they run on the bare device image):
   export-model --run-dir RUN --out DIR   the CPU loop's `RUN/sft/final` as DIR/sft_model
-  pack --site-archive F --model-dir D --dest .gpu_carry   compress, split, manifest, plan
+  pack --site-archive F --model-dir D --dest .gpu_carry   compress the model, join it to the
+                                          packages, split, manifest, plan
   plan --dest .gpu_carry                  the call sequence for parts already packed
   status|verify|digest --dir DIR          on the device machine
 """
@@ -33,7 +34,7 @@ CALL_LIMIT_BYTES = 64 * MIB
 HEADROOM_BYTES = 2 * MIB
 """Room left in each call for files others add to the working tree before it is made."""
 MANIFEST = "manifest.json"
-ARCHIVES = ("site.tar.xz", "model.tar.xz")
+BUNDLE = "bundle.tar.xz"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,18 @@ def split_file(archive: Path, dest: Path, part_bytes: int) -> list[Part]:
             path.write_bytes(chunk)
             parts.append(Part(path.name, len(chunk), hashlib.sha256(chunk).hexdigest()))
     return parts
+
+
+def join_archives(archives: list[Path], target: Path) -> Path:
+    """The packages' and the model's xz tarballs back to back in one file, split as one, so
+    no part is left half empty: `xz -d` reads concatenated streams as one, and `tar -x -i`
+    reads on past the first archive's end (benchmarks/gpu_smollm2_grpo.sh)."""
+    with target.open("wb") as sink:
+        for archive in archives:
+            with archive.open("rb") as source:
+                while chunk := source.read(4 * MIB):
+                    sink.write(chunk)
+    return target
 
 
 def bundle_digest(parts: list[Part]) -> str:
@@ -236,11 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "pack":
         args.dest.mkdir(parents=True, exist_ok=True)
-        model_archive = compress_dir(args.model_dir, args.dest / "model.tar.xz.whole")
-        size = max_part_bytes(root)
-        parts = split_file(args.site_archive, args.dest, size)
-        parts += split_file(model_archive.rename(args.dest / "model.tar.xz"), args.dest, size)
-        (args.dest / "model.tar.xz").unlink()
+        model_archive = compress_dir(args.model_dir, args.dest / "model.whole.tar.xz")
+        bundle = join_archives([args.site_archive, model_archive], args.dest / BUNDLE)
+        model_archive.unlink()
+        parts = split_file(bundle, args.dest, max_part_bytes(root))
+        bundle.unlink()
         write_manifest(args.dest, parts)
     if args.command in ("pack", "plan"):
         calls = call_plan(args.dest, root)

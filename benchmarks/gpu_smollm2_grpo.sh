@@ -95,10 +95,11 @@ install_bundle() {
     return 0
   fi
   "$PY" benchmarks/gpu_carry.py verify --dir "$STASH" || return 1
-  rm -rf "$SITE" "$W/sft_model" "$W/unpack" && mkdir -p "$W/unpack/site" "$W/unpack/model"
-  cat "$STASH"/site.tar.xz.* | xz -d -T0 | tar -x -C "$W/unpack/site" || return 1
-  cat "$STASH"/model.tar.xz.* | xz -d -T0 | tar -x -C "$W/unpack/model" || return 1
-  mv "$W/unpack/site" "$SITE" && mv "$W/unpack/model/sft_model" "$W/sft_model"
+  rm -rf "$SITE" "$W/sft_model" "$W/unpack" && mkdir -p "$W/unpack"
+  # two xz streams back to back (packages, then the model folder): xz reads on into the
+  # second, and tar -i reads on past the first archive's end
+  cat "$STASH"/bundle.tar.xz.* | xz -d -T0 | tar -x -i -C "$W/unpack" || return 1
+  mv "$W/unpack/sft_model" "$W/sft_model" && mv "$W/unpack" "$SITE"
   # bytecode once, on all cores: the bundle ships none, and verl's processes (the entrypoint,
   # the trainer, three vLLM spawns) would otherwise each compile the same modules on import
   local started=$SECONDS

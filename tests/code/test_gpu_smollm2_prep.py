@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import tarfile
 from pathlib import Path
 from types import ModuleType
 
@@ -170,10 +169,25 @@ def test_sft_export_packs_and_unpacks_to_a_loadable_model(
 
     archive = carry.compress_dir(model, tmp_path / "model.tar.xz")
     assert 0 < archive.stat().st_size < (model / "model.safetensors").stat().st_size
+    site = tmp_path / "site"  # the packages' archive as gpu_bundle.sh makes it: rooted at .
+    (site / "somepkg").mkdir(parents=True)
+    (site / "somepkg" / "__init__.py").write_text("VALUE = 1\n")
+    subprocess.run(
+        f"tar -C {site} -cf - . | xz -T0 -1 > {tmp_path / 'site.tar.xz'}", shell=True, check=True
+    )
+    dest = tmp_path / "carry"
+    dest.mkdir()
+    bundle = carry.join_archives([tmp_path / "site.tar.xz", archive], dest / carry.BUNDLE)
+    parts = carry.split_file(bundle, dest, bundle.stat().st_size // 3 + 1)
+    bundle.unlink()
+    assert len(parts) == 3
     unpacked = tmp_path / "device"
     unpacked.mkdir()
-    with tarfile.open(archive) as tar:
-        tar.extractall(unpacked, filter="data")
+    # the device script's own install pipeline
+    subprocess.run(
+        f"cat {dest}/bundle.tar.xz.* | xz -d -T0 | tar -x -i -C {unpacked}", shell=True, check=True
+    )
+    assert (unpacked / "somepkg" / "__init__.py").read_text() == "VALUE = 1\n"
     assert AutoConfig.from_pretrained(unpacked / "sft_model").model_type == "qwen3"
     tokenizer = AutoTokenizer.from_pretrained(unpacked / "sft_model")
     assert tokenizer.convert_tokens_to_ids("<tool_call>") != tokenizer.unk_token_id
