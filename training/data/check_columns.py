@@ -19,17 +19,12 @@ import pandas as pd
 from serving.tools import ToolContext, ToolError, get_catalog
 from training.data.config import GenerationConfig
 from training.data.queries import normalise_query, query_shape
-from training.data.schema import Category, GroundTruth
+from training.data.schema import Category, ExpectedCall, GroundTruth
 from training.data.tokens import prompt_tokens
 
-MUST_BE_TRUE_COLUMNS = {
-    "gt_parses",
-    "tools_known",
-    "args_valid",
-    "gt_recomputes",
-    "calls_consistent",
-}
-"""The flags of `check_row_truth`: each must hold on every row."""
+TRUTH_FLAGS = ("gt_parses", "tools_known", "args_valid", "gt_recomputes", "calls_consistent")
+"""The flags of `row_truth_flags`, in the order they are judged: each must hold on every row."""
+MUST_BE_TRUE_COLUMNS = set(TRUTH_FLAGS)
 
 
 class RowTruthSource(Protocol):
@@ -41,34 +36,42 @@ class RowTruthSource(Protocol):
     def openai_schemas(self) -> list[dict[str, Any]]: ...
 
 
-def check_row_truth(row: dict[str, Any]) -> dict[str, Any]:
-    """Parse a row's ground truth and re-execute its calls; return one flag per property."""
-    flags: dict[str, Any] = {
-        "gt_parses": False,
-        "tools_known": False,
-        "args_valid": False,
-        "gt_recomputes": False,
-        "calls_consistent": False,
-        "problem": None,
-    }
+class TruthProblemError(Exception):
+    """An expected call gives no result to compare (it fails, or nothing recorded it)."""
+
+
+class TruthJudge(Protocol):
+    """What `row_truth_flags` asks of the tools a row is judged by."""
+
+    recompute_mismatch: str
+    """The problem named when the results differ from the ground truth."""
+
+    def unknown_tools(self, names: list[str]) -> list[str]: ...
+
+    def argument_problems(self, calls: list[ExpectedCall]) -> list[str]: ...
+
+    def results(self, truth: GroundTruth, row: Mapping[str, Any]) -> list[list[Any]]:
+        """The expected calls' results, step by step; TruthProblemError when there are none."""
+        ...
+
+
+def row_truth_flags(row: Mapping[str, Any], judge: TruthJudge) -> dict[str, Any]:
+    """Parse a row's ground truth and check it against `judge`'s tools; one flag per
+    property (`MUST_BE_TRUE_COLUMNS`) and the first problem found."""
+    flags: dict[str, Any] = dict.fromkeys(TRUTH_FLAGS, False)
+    flags["problem"] = None
     try:
         truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
     except (ValueError, TypeError, KeyError) as exc:
         flags["problem"] = f"ground truth does not parse: {str(exc)[:120]}"
         return flags
     flags["gt_parses"] = True
-    catalog = get_catalog()
-    unknown = [c.name for c in truth.expected_calls if c.name not in catalog]
+    unknown = judge.unknown_tools([c.name for c in truth.expected_calls])
     flags["tools_known"] = not unknown
     if unknown:
         flags["problem"] = f"unknown tool(s): {', '.join(unknown)}"
         return flags
-    invalid: list[str] = []
-    for c in truth.expected_calls:
-        try:
-            catalog.validate(c.name, c.arguments)
-        except ToolError as exc:
-            invalid.append(str(exc))
+    invalid = judge.argument_problems(list(truth.expected_calls))
     flags["args_valid"] = not invalid
     if invalid:
         flags["problem"] = invalid[0][:200]
@@ -80,25 +83,57 @@ def check_row_truth(row: dict[str, Any]) -> dict[str, Any]:
     flags["calls_consistent"] = expected_calls == [
         [c.model_dump() for c in step] for step in truth.steps
     ]
-    context = ToolContext.reference(session_id=f"validate-{row['extra_index']}")
     try:
-        results = [
-            [catalog.execute(c.name, c.arguments, context, mode="mock") for c in step]
-            for step in truth.steps
-        ]
-    except ToolError as exc:
-        flags["problem"] = f"expected call fails when executed: {str(exc)[:160]}"
+        results = judge.results(truth, row)
+    except TruthProblemError as exc:
+        flags["problem"] = str(exc)
         return flags
     blob = json.dumps(results, ensure_ascii=False)
     missing = [a for a in truth.answers if a not in blob]
     flags["gt_recomputes"] = results == truth.results and not missing
     if results != truth.results:
-        flags["problem"] = "re-executing the expected calls gives different results"
+        flags["problem"] = judge.recompute_mismatch
     elif missing:
         flags["problem"] = f"answer(s) not produced by the tools: {missing[:3]}"
     elif not flags["calls_consistent"]:
         flags["problem"] = "expected_calls column disagrees with the ground truth"
     return flags
+
+
+class _CatalogJudge:
+    """The project's catalog: its validator, and its tools executed in mock mode."""
+
+    recompute_mismatch = "re-executing the expected calls gives different results"
+
+    def unknown_tools(self, names: list[str]) -> list[str]:
+        catalog = get_catalog()
+        return [name for name in names if name not in catalog]
+
+    def argument_problems(self, calls: list[ExpectedCall]) -> list[str]:
+        catalog = get_catalog()
+        invalid: list[str] = []
+        for c in calls:
+            try:
+                catalog.validate(c.name, c.arguments)
+            except ToolError as exc:
+                invalid.append(str(exc))
+        return invalid
+
+    def results(self, truth: GroundTruth, row: Mapping[str, Any]) -> list[list[Any]]:
+        catalog = get_catalog()
+        context = ToolContext.reference(session_id=f"validate-{row['extra_index']}")
+        try:
+            return [
+                [catalog.execute(c.name, c.arguments, context, mode="mock") for c in step]
+                for step in truth.steps
+            ]
+        except ToolError as exc:
+            raise TruthProblemError(f"expected call fails when executed: {str(exc)[:160]}") from exc
+
+
+def check_row_truth(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A built-in row's flags: its ground truth re-executed on the project's catalog."""
+    return row_truth_flags(row, _CatalogJudge())
 
 
 def derive_frame(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from training.data.check_columns import TRUTH_FLAGS
 from training.data.config import ValidationConfig
 from training.data.schema import AGENT_NAME, DATA_SOURCE, Category, Difficulty
 
@@ -20,16 +21,8 @@ ROWS_SUITE = "toolrl_dataset_rows"
 COVERAGE_SUITE = "toolrl_dataset_coverage"
 SITE = "toolrl_local"
 
-#: Flags computed by `check_row_truth` and the overlap pass: each must be True (or False).
-MUST_BE_TRUE = (
-    "gt_parses",
-    "tools_known",
-    "args_valid",
-    "gt_recomputes",
-    "calls_consistent",
-    "split_consistent",
-    "user_matches_query",
-)
+#: Flags computed by `row_truth_flags` and the overlap pass: each must be True (or False).
+MUST_BE_TRUE = (*TRUTH_FLAGS, "split_consistent", "user_matches_query")
 MUST_BE_FALSE = ("overlap_exact", "overlap_shape", "overlap_template")
 
 

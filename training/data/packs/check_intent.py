@@ -16,7 +16,14 @@ from jsonschema.protocols import Validator
 from training.data.packs.arguments import blank_references, reference_paths, schema_problems
 from training.data.packs.loader import LoadedPack
 from training.data.packs.model import CallSpec, IntentSpec, PackSpec, step_calls
-from training.data.packs.refs import RefError, fill, placeholders, references_in, slots_in
+from training.data.packs.refs import (
+    RefError,
+    ResultRef,
+    fill,
+    placeholders,
+    references_in,
+    slots_in,
+)
 from training.data.packs.slot_model import SlotSpec
 from training.data.packs.slots import SlotError, candidates, draw_slots
 
@@ -103,6 +110,22 @@ def _slot_texts(spec: SlotSpec) -> list[str]:
     return texts
 
 
+def _check_call_index(
+    report: ProblemReport,
+    ref: ResultRef,
+    step_sizes: Sequence[int],
+    location: Sequence[str | int],
+    label: str,
+) -> None:
+    """A reference into an existing step names one of its calls: `.calls[J]` when the step
+    holds several, and J within them."""
+    size = step_sizes[ref.step]
+    if ref.call is None and size != 1:
+        report.add(location, label, f"{ref.text}: step {ref.step} has {size} calls; use .calls[J]")
+    elif ref.call is not None and ref.call >= size:
+        report.add(location, label, f"{ref.text}: step {ref.step} has no call {ref.call}")
+
+
 def check_call(
     report: ProblemReport,
     call: CallSpec,
@@ -135,13 +158,7 @@ def check_call(
                 f"is step {step_index}; a reference reads only results already produced)",
             )
             continue
-        size = step_sizes[ref.step]
-        if ref.call is None and size != 1:
-            report.add(
-                location, label, f"{ref.text}: step {ref.step} has {size} calls; use .calls[J]"
-            )
-        elif ref.call is not None and ref.call >= size:
-            report.add(location, label, f"{ref.text}: step {ref.step} has no call {ref.call}")
+        _check_call_index(report, ref, step_sizes, location, label)
 
 
 def _check_slots(
@@ -247,14 +264,8 @@ def _check_answers(
                     f"{ref.text} points to step {ref.step}; the intent has "
                     f"{len(step_sizes)} step(s)",
                 )
-            elif ref.call is None and step_sizes[ref.step] != 1:
-                report.add(
-                    where,
-                    label,
-                    f"{ref.text}: step {ref.step} has {step_sizes[ref.step]} calls; use .calls[J]",
-                )
-            elif ref.call is not None and ref.call >= step_sizes[ref.step]:
-                report.add(where, label, f"{ref.text}: step {ref.step} has no call {ref.call}")
+            else:
+                _check_call_index(report, ref, step_sizes, where, label)
         for lang in pack.languages:
             _check_slot_fields(report, intent, pack, lang, used_slots, where, label)
 

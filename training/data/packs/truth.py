@@ -18,9 +18,10 @@ from typing import Any
 
 from serving.mcp_client.call_store import CallStore
 from serving.toolcalls.registry import ToolRegistry, registry_from_file
+from training.data.check_columns import TruthProblemError, row_truth_flags
 from training.data.packs.arguments import schema_problems, validator_for
 from training.data.packs.results import result_object
-from training.data.schema import GroundTruth
+from training.data.schema import ExpectedCall, GroundTruth
 
 
 def tool_snapshot_path(dataset_dir: Path) -> Path | None:
@@ -108,43 +109,24 @@ class PackTruth:
         self.store.close()
 
     def check_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """The flags `training.data.check_columns.check_row_truth` computes, for a pack row."""
-        flags: dict[str, Any] = {
-            "gt_parses": False,
-            "tools_known": False,
-            "args_valid": False,
-            "gt_recomputes": False,
-            "calls_consistent": False,
-            "problem": None,
-        }
-        try:
-            truth = GroundTruth.from_json(row["reward_model"]["ground_truth"])
-        except (ValueError, TypeError, KeyError) as exc:
-            flags["problem"] = f"ground truth does not parse: {str(exc)[:120]}"
-            return flags
-        flags["gt_parses"] = True
-        unknown = [c.name for c in truth.expected_calls if c.name not in self._by_name]
-        flags["tools_known"] = not unknown
-        if unknown:
-            flags["problem"] = f"unknown tool(s): {', '.join(unknown)}"
-            return flags
-        invalid = [
+        """A pack row's flags (`row_truth_flags`): its calls judged by the tool snapshot and
+        their results read from the call store."""
+        return row_truth_flags(row, self)
+
+    recompute_mismatch = "the call store's results differ from the ground truth"
+
+    def unknown_tools(self, names: list[str]) -> list[str]:
+        return [name for name in names if name not in self._by_name]
+
+    def argument_problems(self, calls: list[ExpectedCall]) -> list[str]:
+        return [
             f"{c.name}: {problem}"
-            for c in truth.expected_calls
+            for c in calls
             for problem in schema_problems(self._validators[c.name], c.arguments)
         ]
-        flags["args_valid"] = not invalid
-        if invalid:
-            flags["problem"] = invalid[0][:200]
-            return flags
-        try:
-            expected_calls = json.loads(row["expected_calls"])
-        except (TypeError, ValueError):
-            expected_calls = None
-        flags["calls_consistent"] = expected_calls == [
-            [c.model_dump() for c in step] for step in truth.steps
-        ]
-        recorded: list[list[dict[str, Any]]] = []
+
+    def results(self, truth: GroundTruth, row: Mapping[str, Any]) -> list[list[Any]]:
+        recorded: list[list[Any]] = []
         for step in truth.steps:
             objects = []
             for call in step:
@@ -154,17 +136,9 @@ class PackTruth:
                 )
                 if found is None or found.is_error:
                     state = "is not in the call store" if found is None else "is an error there"
-                    flags["problem"] = f"expected call {call.name}{call.arguments} {state}"[:200]
-                    return flags
+                    raise TruthProblemError(
+                        f"expected call {call.name}{call.arguments} {state}"[:200]
+                    )
                 objects.append(result_object(found.result))
             recorded.append(objects)
-        blob = json.dumps(recorded, ensure_ascii=False)
-        missing = [a for a in truth.answers if a not in blob]
-        flags["gt_recomputes"] = recorded == truth.results and not missing
-        if recorded != truth.results:
-            flags["problem"] = "the call store's results differ from the ground truth"
-        elif missing:
-            flags["problem"] = f"answer(s) not produced by the tools: {missing[:3]}"
-        elif not flags["calls_consistent"]:
-            flags["problem"] = "expected_calls column disagrees with the ground truth"
-        return flags
+        return recorded

@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from serving.mcp_client.call_store import CallStore
-from training.data.check_columns import derive_frame
+from training.data.check_columns import TRUTH_FLAGS, derive_frame
 from training.data.config import ValidationConfig
 from training.data.packs.manifest import refresh_manifest
 from training.data.packs.synthesis.report import SynthesisReport
 from training.data.writer import write_dataset
-
-SUITE_FLAGS = ("gt_parses", "tools_known", "args_valid", "gt_recomputes", "calls_consistent")
 
 
 def screen_rows(
@@ -44,7 +42,7 @@ def screen_rows(
     synthetic = derived[derived["index"] >= first_synthetic].to_dict("records")
     for row in synthetic:
         index, norm = int(row["index"]), str(row["query_norm"])
-        failed = [flag for flag in SUITE_FLAGS if not row[flag]]
+        failed = [flag for flag in TRUTH_FLAGS if not row[flag]]
         if failed:
             bad[index] = f"suite_{failed[0]}"
         elif norm in earlier_norms:
