@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,6 +284,47 @@ async def reset_server(
         if outcome.is_error:
             raise InvalidRowError("reset", f"{call.tool}: {outcome.text[:200]}")
         executed.append([ExecutedCall(arguments, result_object(outcome.text))])
+
+
+async def execute_intents(
+    executor: CallExecutor,
+    pack: PackSpec,
+    work: Sequence[tuple[IntentSpec, Mapping[str, Any]]],
+    validators: Mapping[str, Any],
+    session_prefix: str,
+    *,
+    on_done: Callable[[], object] | None = None,
+    refuse_bad_values: bool = False,
+) -> list[RowTruth | InvalidRowError]:
+    """Each (intent, slots) executed: concurrently, or one at a time after the pack's reset
+    for a stateful server; a row's session (when the pack has session tools) is
+    `PACK/SESSION_PREFIX-POSITION`. `refuse_bad_values`: a value the reference filters or
+    the store cannot take makes the row invalid (`arguments`) instead of failing the run
+    (the pack's own rows never hold one; an LLM's may)."""
+    outcomes: list[RowTruth | InvalidRowError] = [InvalidRowError("pending", "")] * len(work)
+
+    async def one(position: int) -> None:
+        intent, slots = work[position]
+        try:
+            if pack.stateful:
+                await reset_server(executor, pack.reset, validators)
+            session = f"{pack.pack}/{session_prefix}-{position}" if pack.session_tools else None
+            outcomes[position] = await execute_intent(executor, intent, slots, validators, session)
+        except InvalidRowError as exc:
+            outcomes[position] = exc
+        except (RecursionError, ValueError, TypeError, ArithmeticError) as exc:
+            if not refuse_bad_values:
+                raise
+            outcomes[position] = InvalidRowError("arguments", f"{type(exc).__name__}: {exc}")
+        if on_done is not None:
+            on_done()
+
+    if pack.stateful:
+        for position in range(len(work)):
+            await one(position)
+    else:
+        await asyncio.gather(*(one(position) for position in range(len(work))))
+    return outcomes
 
 
 def build_validators(tools: Mapping[str, ServerTool]) -> dict[str, Any]:

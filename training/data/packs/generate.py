@@ -31,8 +31,7 @@ from training.data.packs.execute import (
     ServerTool,
     build_validators,
     count_reasons,
-    execute_intent,
-    reset_server,
+    execute_intents,
 )
 from training.data.packs.loader import LoadedPack, PackError, load_pack, resolve_pack
 from training.data.packs.manifest import BUILTIN_KIND, PACK_KIND, TOOLS_FILE, build_manifest
@@ -79,31 +78,9 @@ async def execute_plan(
 ) -> list[RowTruth | InvalidRowError]:
     """Execute every planned row (concurrently, or one at a time for a stateful server)."""
     validators = build_validators(tools)
-    outcomes: list[RowTruth | InvalidRowError] = [InvalidRowError("pending", "")] * len(plan)
-    bar = tqdm(total=len(plan), desc="executing", unit="row", disable=not progress)
-
-    async def one(position: int) -> None:
-        planned = plan[position]
-        try:
-            if pack.stateful:
-                await reset_server(executor, pack.reset, validators)
-            session = f"{pack.pack}/row-{position}" if pack.session_tools else None
-            outcomes[position] = await execute_intent(
-                executor, planned.intent, planned.slots, validators, session
-            )
-        except InvalidRowError as exc:
-            outcomes[position] = exc
-        bar.update()
-
-    try:
-        if pack.stateful:
-            for position in range(len(plan)):
-                await one(position)
-        else:
-            await asyncio.gather(*(one(position) for position in range(len(plan))))
-    finally:
-        bar.close()
-    return outcomes
+    work = [(planned.intent, planned.slots) for planned in plan]
+    with tqdm(total=len(plan), desc="executing", unit="row", disable=not progress) as bar:
+        return await execute_intents(executor, pack, work, validators, "row", on_done=bar.update)
 
 
 def write_replay_sidecar(store_path: Path, server: str, tools: dict[str, ServerTool]) -> Path:

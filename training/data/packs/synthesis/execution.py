@@ -5,7 +5,6 @@ filters cannot take refuses it.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,8 +16,7 @@ from training.data.packs.execute import (
     RowTruth,
     ServerTool,
     build_validators,
-    execute_intent,
-    reset_server,
+    execute_intents,
 )
 from training.data.packs.loader import LoadedPack
 from training.data.packs.model import IntentSpec
@@ -61,27 +59,14 @@ async def execute_candidates(
         except (RecursionError, ValueError, TypeError) as exc:
             # nesting deep enough to exhaust a recursive walk, values json cannot dump back
             report.reject("bad_shape", f"{type(exc).__name__}: {str(exc)[:120]}")
-    outcomes: list[RowTruth | InvalidRowError] = [InvalidRowError("pending", "")] * len(parsed)
-
-    async def one(position: int) -> None:
-        intent = parsed[position][0]
-        try:
-            if pack.stateful:
-                await reset_server(executor, pack.reset, validators)
-            session = f"{pack.pack}/proposal-{position}" if pack.session_tools else None
-            outcomes[position] = await execute_intent(executor, intent, {}, validators, session)
-        except InvalidRowError as exc:
-            outcomes[position] = exc
-        except (RecursionError, ValueError, TypeError, ArithmeticError) as exc:
-            # a value the reference filters or the store cannot take (the pack's own rows
-            # never hold one; an LLM's may)
-            outcomes[position] = InvalidRowError("arguments", f"{type(exc).__name__}: {exc}")
-
-    if pack.stateful:
-        for position in range(len(parsed)):
-            await one(position)
-    else:
-        await asyncio.gather(*(one(p) for p in range(len(parsed))))
+    outcomes = await execute_intents(
+        executor,
+        pack,
+        [(intent, {}) for intent, _, _ in parsed],
+        validators,
+        "proposal",
+        refuse_bad_values=True,
+    )
     candidates = []
     for (intent, lang, query), outcome in zip(parsed, outcomes, strict=True):
         if isinstance(outcome, InvalidRowError):
