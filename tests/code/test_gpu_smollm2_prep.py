@@ -259,3 +259,20 @@ def test_spec_plans_against_the_prepared_smollm2(tmp_path: Path) -> None:
     result = plan(local, tmp_path)
     assert "FSDP wrap policy covers every decoder layer" in result.checks
     assert result.warnings == []
+
+
+def test_steps_override_writes_a_valid_shorter_spec(tmp_path: Path) -> None:
+    """`STEPS=N` runs the script's own snippet: the same spec with N steps, saved at N."""
+    import sys
+
+    snippet = re.search(r"<<'EOF' \|\| \{[^\n]*\n(.*?)\nEOF\n", SCRIPT.read_text(), re.DOTALL)
+    assert snippet, "the script's STEPS snippet"
+    out = tmp_path / "steps.yaml"
+    subprocess.run([sys.executable, "-c", snippet.group(1), "8", str(out)], cwd=ROOT, check=True)
+    short, full = load_spec(out), load_spec(SPEC)
+    assert short.schedule.total_training_steps == 8
+    assert short.checkpoint.save_freq == 8 and short.checkpoint.test_freq == 8
+    assert short.name == full.name  # the same submission id family
+    assert short.model_dump(exclude={"schedule", "checkpoint"}) == full.model_dump(
+        exclude={"schedule", "checkpoint"}
+    )
