@@ -13,7 +13,7 @@ Subcommands (stdlib only until `export-model`, so they run on the bare device im
   pack --site-archive F --model-dir D --dest .gpu_carry   compress the model, join it to the
                                           packages, split, manifest, plan
   plan --dest .gpu_carry                  the call sequence for parts already packed
-  status|verify|digest --dir DIR          on the device machine
+  status|verify|digest|parts --dir DIR    on the device machine
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("--dest", type=Path, default=Path(".gpu_carry"))
     plan = sub.add_parser("plan")
     plan.add_argument("--dest", type=Path, default=Path(".gpu_carry"))
-    for name in ("status", "verify", "digest"):
+    for name in ("status", "verify", "digest", "parts"):
         sub.add_parser(name).add_argument("--dir", type=Path, required=True)
     args = parser.parse_args(argv)
     root = Path.cwd()
@@ -266,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.command == "digest":
         print(read_manifest(directory)[0])
+        return 0
+    if args.command == "parts":  # in order, this bundle's only: a folder may hold older parts
+        print("\n".join(str(directory / p.name) for p in read_manifest(directory)[1]))
         return 0
     if args.command == "status":
         present, missing = parts_status(directory)

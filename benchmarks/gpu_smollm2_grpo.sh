@@ -98,7 +98,8 @@ install_bundle() {
   rm -rf "$SITE" "$W/sft_model" "$W/unpack" && mkdir -p "$W/unpack"
   # two xz streams back to back (packages, then the model folder): xz reads on into the
   # second, and tar -i reads on past the first archive's end
-  cat "$STASH"/bundle.tar.xz.* | xz -d -T0 | tar -x -i -C "$W/unpack" || return 1
+  "$PY" benchmarks/gpu_carry.py parts --dir "$STASH" | xargs cat | xz -d -T0 \
+    | tar -x -i -C "$W/unpack" || return 1
   mv "$W/unpack/sft_model" "$W/sft_model" && mv "$W/unpack" "$SITE"
   # bytecode once, on all cores: the bundle ships none, and verl's processes (the entrypoint,
   # the trainer, three vLLM spawns) would otherwise each compile the same modules on import
