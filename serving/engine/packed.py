@@ -13,7 +13,7 @@ rows need and no more; nothing is padded and the prefix is never copied.
 
 Keys and values live in one slot per row (`row_store.py`, appended in place) and once for
 the prefix; a decode step (one token per row) attends in one batched call
-(`decode_attention.py`). Positions
+(`decode_attention.py`); the attention itself is `packed_attention.py`. Positions
 are explicit, so every row's numbers are those of a separate forward
 (`tests/code/test_engine_packed.py`).
 
@@ -25,58 +25,20 @@ row's trained positions attend to its frozen context and to each other, with gra
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from torch.nn import functional
-from torch.utils.checkpoint import checkpoint
-from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicLayer
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from serving.engine.decode_attention import decode_attention
-from serving.engine.row_store import RowStore
+from serving.engine.packed_attention import use_packed_attention
+from serving.engine.packed_layout import Layer, Layout
 
 SHARED = -1
 """Row id of the shared prefix."""
-ATTENTION = "toolrl_packed"
-_FLASH_MIN_QUERIES = 64
-"""Below this many queries the plain matmul softmax beats the CPU flash kernel (measured:
-1 query x 800 keys 99 us vs 336 us; 250 x 250 2.2 ms vs 1.0 ms)."""
 _ONE = torch.ones((1, 1, 1, 1), dtype=torch.bool)
 """Stand-in 4D mask: transformers passes a 4D mask through untouched, and the packed
 attention ignores it (visibility comes from the layout)."""
-
-
-@dataclass
-class _Layer:
-    prefix_keys: torch.Tensor | None = None
-    prefix_values: torch.Tensor | None = None
-    keys: RowStore = field(default_factory=RowStore)
-    values: RowStore = field(default_factory=RowStore)
-
-
-@dataclass
-class _Layout:
-    """What one packed forward holds: consecutive query groups, one per row."""
-
-    store: PackedKV
-    mode: Literal["prefix", "extend", "gradient"]
-    rows: list[int]
-    counts: list[int]
-    prefix_used: list[int]
-    # extend mode: each row's slot in the row store and its length before this forward
-    slots: list[int] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    # gradient mode: each row's frozen context (keys, values, positions) per layer, and
-    # the positions of its query tokens
-    context: list[list[tuple[torch.Tensor, torch.Tensor]]] | None = None
-    context_positions: list[torch.Tensor] | None = None
-    query_positions: list[torch.Tensor] | None = None
 
 
 class _PackedCache(Cache):
@@ -85,7 +47,7 @@ class _PackedCache(Cache):
     def __init__(self, store: PackedKV) -> None:
         super().__init__(layer_class_to_replicate=DynamicLayer)
         self.store = store
-        self.layout: _Layout | None = None
+        self.layout: Layout | None = None
 
     def update(
         self,
@@ -101,7 +63,7 @@ class _PackedCache(Cache):
             return key_states, value_states
         layers = self.store.layers
         while len(layers) <= layer_idx:
-            layers.append(_Layer())
+            layers.append(Layer())
         layer = layers[layer_idx]
         if layout.mode == "prefix":
             layer.prefix_keys, layer.prefix_values = key_states, value_states
@@ -122,282 +84,6 @@ class _PackedCache(Cache):
         return 0
 
 
-def _expand(states: torch.Tensor, groups: int) -> torch.Tensor:
-    return states if groups == 1 else states.repeat_interleave(groups, dim=1)
-
-
-def _attend_with_lse(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scale: float,
-    causal_offset: int | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of `query` over `key`/`value` and the log-sum-exp of its scores.
-    `causal_offset`: query i sees keys up to index offset + i (None: every key)."""
-    queries, keys = query.shape[-2], key.shape[-2]
-    visible = None
-    if causal_offset is not None and causal_offset + queries - 1 < keys - 1:
-        raise ValueError("queries must be the last tokens of their keys")
-    if causal_offset is not None and queries > 1:
-        visible = torch.arange(keys)[None, :] <= (causal_offset + torch.arange(queries))[:, None]
-    if queries >= _FLASH_MIN_QUERIES:
-        causal = visible is not None and queries == keys
-        mask = None
-        if visible is not None and not causal:
-            mask = torch.zeros(visible.shape, dtype=query.dtype).masked_fill(
-                ~visible, float("-inf")
-            )
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, key, value, is_causal=causal, attn_mask=mask, scale=scale
-        )
-        return out, lse
-    return _math_attention(query, key, value, scale, visible)
-
-
-def _softmax_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scale: float,
-    visible: torch.Tensor,
-    groups: int,
-    chunk: int = 256,
-) -> torch.Tensor:
-    """Plain attention over keys already gathered for one row: scores in the model's dtype,
-    softmax in float32 (as transformers' eager attention), a chunk of queries at a time so
-    the score matrix stays small. The query heads that share a key/value head are stacked
-    instead of copying the keys per head (grouped-query attention). Differentiable.
-
-    query [1, heads, q, d]; key/value [1, kv_heads, k, d]; visible [q, k] bool."""
-    heads, length, dim = query.shape[1], query.shape[2], query.shape[3]
-    kv_heads = key.shape[1]
-    keys, values = key[0], value[0]
-    bias = torch.zeros(visible.shape, dtype=query.dtype).masked_fill(~visible, float("-inf"))
-    pieces = []
-    for start in range(0, length, chunk):
-        q = query[0, :, start : start + chunk] * scale
-        width = q.shape[1]
-        stacked = q.reshape(kv_heads, groups * width, dim)
-        scores = (stacked @ keys.transpose(-1, -2)).view(kv_heads, groups, width, -1)
-        scores = scores + bias[start : start + width]
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-        out = weights.view(kv_heads, groups * width, -1) @ values
-        pieces.append(out.view(heads, width, dim))
-    return torch.cat(pieces, dim=1)[None]
-
-
-def _merge(
-    first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor]
-) -> torch.Tensor:
-    (out_a, lse_a), (out_b, lse_b) = first, second
-    lse = torch.logaddexp(lse_a, lse_b)
-    merged = out_a.float() * torch.exp(lse_a - lse)[..., None]
-    merged = merged + out_b.float() * torch.exp(lse_b - lse)[..., None]
-    return merged.to(out_a.dtype)
-
-
-def packed_attention(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Row-by-row attention for a packed forward; any other forward gets transformers' SDPA."""
-    layout: _Layout | None = kwargs.pop("toolrl_layout", None)
-    if layout is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
-    scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
-    groups = int(getattr(module, "num_key_value_groups", 1))
-    if layout.mode == "prefix":
-        out = functional.scaled_dot_product_attention(
-            query, _expand(key, groups), _expand(value, groups), is_causal=True, scale=scale
-        )
-        return out.transpose(1, 2).contiguous(), None
-    layer = layout.store.layers[module.layer_idx]
-    if layout.mode == "gradient":
-        return _gradient_attention(
-            layout, module.layer_idx, layer, query, key, value, scale, groups
-        ), None
-    return _extend_rows(layout, layer, query, scale, groups), None
-
-
-def _decode_rows(
-    layout: _Layout, layer: _Layer, query: torch.Tensor, scale: float, members: list[int]
-) -> torch.Tensor:
-    """The rows `members` (indices into the layout) each bring one token, found at
-    `query[..., i, :]` for the i-th entry's offset: one batched call for all of them
-    (`decode_attention.py`). Returns [rows, heads, dim] in `members` order."""
-    offsets = torch.tensor(layout.counts).cumsum(0) - 1
-    slots = torch.tensor([layout.slots[i] for i in members])
-    lengths = torch.tensor([layout.starts[i] + 1 for i in members])
-    width = int(lengths.max())
-    return decode_attention(
-        query[0].index_select(1, offsets[members]).transpose(0, 1),
-        layer.keys.gather(slots, width),
-        layer.values.gather(slots, width),
-        lengths,
-        layer.prefix_keys,
-        layer.prefix_values,
-        torch.tensor([layout.prefix_used[i] for i in members]),
-        scale,
-    )
-
-
-def _extend_rows(
-    layout: _Layout, layer: _Layer, query: torch.Tensor, scale: float, groups: int
-) -> torch.Tensor:
-    """Every row's new tokens over its prefix part and its own earlier tokens. Rows that
-    bring one token (decoding) go in one batched call; a prompt gathers [prefix | own] for
-    one softmax; a few tokens (a tool result) attend to their row, merged through
-    log-sum-exp with one prefix call per prefix length. Returns [1, tokens, heads, dim]."""
-    decoding = [i for i, count in enumerate(layout.counts) if count == 1]
-    if len(decoding) == len(layout.counts):
-        return _decode_rows(layout, layer, query, scale, decoding)[None]
-    own: list[tuple[torch.Tensor, torch.Tensor]] = []
-    merged: list[torch.Tensor] = []
-    bounds: list[tuple[int, int]] = []
-    whole: set[int] = set()
-    start = 0
-    decoded = _decode_rows(layout, layer, query, scale, decoding) if decoding else None
-    for index, count in enumerate(layout.counts):
-        if decoded is not None and count == 1:
-            out = decoded[decoding.index(index)][None, :, None, :]
-            own.append((out, out.new_zeros(0)))
-            merged.append(out)
-            whole.add(index)
-            bounds.append((start, start + count))
-            start += count
-            continue
-        slot, length = layout.slots[index], layout.starts[index] + count
-        keys, values = layer.keys.view(slot, length), layer.values.view(slot, length)
-        q = query[..., start : start + count, :]
-        used = layout.prefix_used[index] if layer.prefix_keys is not None else 0
-        if count >= _FLASH_MIN_QUERIES and layer.prefix_values is not None:
-            # a prompt: gather [prefix | own] once and take one softmax over both (the
-            # prefix copy is small next to the prompt's score matrix)
-            assert layer.prefix_keys is not None
-            all_keys = torch.cat([layer.prefix_keys[..., :used, :], keys], dim=-2)
-            all_values = torch.cat([layer.prefix_values[..., :used, :], values], dim=-2)
-            positions = torch.arange(all_keys.shape[-2])
-            visible = (
-                positions[None, :] <= (all_keys.shape[-2] - count + torch.arange(count))[:, None]
-            )
-            out = _softmax_attention(q, all_keys, all_values, scale, visible, groups)
-            own.append((out, out.new_zeros(0)))
-            merged.append(out)
-            whole.add(index)
-        else:
-            pair = _attend_with_lse(
-                q, _expand(keys, groups), _expand(values, groups), scale, keys.shape[-2] - count
-            )
-            own.append(pair)
-            merged.append(pair[0])
-        bounds.append((start, start + count))
-        start += count
-    if layer.prefix_keys is not None and layer.prefix_values is not None:
-        # one call per prefix length in use (normally one: the whole prefix) for the rows
-        # that decode a few tokens
-        for used in sorted({u for i, u in enumerate(layout.prefix_used) if u and i not in whole}):
-            members = [i for i, u in enumerate(layout.prefix_used) if u == used and i not in whole]
-            q = torch.cat([query[..., bounds[i][0] : bounds[i][1], :] for i in members], dim=-2)
-            out, lse = _attend_with_lse(
-                q,
-                _expand(layer.prefix_keys[..., :used, :], groups),
-                _expand(layer.prefix_values[..., :used, :], groups),
-                scale,
-                None,
-            )
-            offset = 0
-            for i in members:
-                width = bounds[i][1] - bounds[i][0]
-                shared = (out[..., offset : offset + width, :], lse[..., offset : offset + width])
-                merged[i] = _merge(own[i], shared)
-                offset += width
-    out = torch.cat(merged, dim=-2)
-    return out.transpose(1, 2).contiguous()
-
-
-def _gradient_attention(
-    layout: _Layout,
-    layer_idx: int,
-    layer: _Layer,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scale: float,
-    groups: int,
-) -> torch.Tensor:
-    """Each row's trained positions over [prefix, its frozen context, its trained positions]
-    (gathered per row, one softmax), with gradients through everything computed here."""
-    assert layout.context is not None and layout.context_positions is not None
-    assert layout.query_positions is not None
-    pieces: list[torch.Tensor] = []
-    start = 0
-    for index, (count, used) in enumerate(zip(layout.counts, layout.prefix_used, strict=True)):
-        part = slice(start, start + count)
-        context_keys, context_values = layout.context[index][layer_idx]
-        keys_parts, values_parts, positions = [], [], []
-        if used and layer.prefix_keys is not None and layer.prefix_values is not None:
-            keys_parts.append(layer.prefix_keys[..., :used, :])
-            values_parts.append(layer.prefix_values[..., :used, :])
-            positions.append(torch.arange(used))
-        keys_parts += [context_keys, key[..., part, :]]
-        values_parts += [context_values, value[..., part, :]]
-        positions += [layout.context_positions[index], layout.query_positions[index]]
-        visible = torch.cat(positions)[None, :] <= layout.query_positions[index][:, None]
-        # recomputed in backward instead of kept: a row's softmax output is heads x queries
-        # x keys floats (16 GRPO rollouts: ~1.9 GB over 30 layers), its inputs a fraction
-        pieces.append(
-            checkpoint(
-                _softmax_attention,
-                query[..., part, :],
-                torch.cat(keys_parts, dim=-2),
-                torch.cat(values_parts, dim=-2),
-                scale,
-                visible,
-                groups,
-                use_reentrant=False,
-            )
-        )
-        start += count
-    return torch.cat(pieces, dim=-2).transpose(1, 2).contiguous()
-
-
-def _math_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scale: float,
-    visible: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention and its log-sum-exp with plain (differentiable) tensor ops."""
-    scores = (query @ key.transpose(-1, -2)).float() * scale
-    if visible is not None:
-        scores = scores.masked_fill(~visible, float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
-    weights = torch.exp(scores - lse[..., None]).to(value.dtype)
-    return weights @ value, lse
-
-
-AttentionInterface.register(ATTENTION, packed_attention)
-# every other forward of a model switched to `toolrl_packed` (TRL's own paths, `generate`)
-# must get the masks SDPA gets: an unknown name would hand attention the raw 2D padding mask
-AttentionMaskInterface.register(ATTENTION, sdpa_mask)
-
-
-def use_packed_attention(model: Any) -> None:
-    """Route the model's attention through `packed_attention` (other forwards keep SDPA)."""
-    if getattr(model.config, "_attn_implementation", None) != ATTENTION:
-        model.set_attn_implementation(ATTENTION)
-
-
 class PackedKV:
     """The packed cache of one model; rows are small integers chosen by the caller."""
 
@@ -406,7 +92,7 @@ class PackedKV:
         self.base = model.get_decoder()
         self.head = model.get_output_embeddings()
         self.max_query_tokens = max_query_tokens
-        self.layers: list[_Layer] = []
+        self.layers: list[Layer] = []
         self.cache = _PackedCache(self)
         self.lengths: dict[int, int] = {}
         self.row_prefix: dict[int, int] = {}
@@ -430,7 +116,7 @@ class PackedKV:
         if self.lengths:
             raise RuntimeError("set_prefix must come before any row is added")
         if tokens:
-            layout = _Layout(self, "prefix", [SHARED], [len(tokens)], [0])
+            layout = Layout(self.layers, "prefix", [SHARED], [len(tokens)], [0])
             self._run(layout, list(tokens), torch.arange(len(tokens)))
         self.prefix_length = len(tokens)
         self.prefix_tokens = list(tokens)
@@ -492,8 +178,8 @@ class PackedKV:
                 for r, p in zip(chunk_rows, pieces, strict=True)
             ]
         )
-        layout = _Layout(
-            self,
+        layout = Layout(
+            self.layers,
             "extend",
             chunk_rows,
             [len(p) for p in pieces],
@@ -509,7 +195,7 @@ class PackedKV:
             self.lengths[row] += len(piece)
             start += len(piece)
 
-    def _run(self, layout: _Layout, ids: list[int], positions: torch.Tensor) -> torch.Tensor:
+    def _run(self, layout: Layout, ids: list[int], positions: torch.Tensor) -> torch.Tensor:
         self.cache.layout = layout
         try:
             hidden: torch.Tensor = self.base(
@@ -563,8 +249,8 @@ class PackedKV:
                     for layer in self.layers
                 ]
             )
-        layout = _Layout(
-            self,
+        layout = Layout(
+            self.layers,
             "gradient",
             list(rows),
             [int(p.numel()) for p in positions],

@@ -42,8 +42,12 @@ class RowStore:
             )
         elif slots > data.shape[0] or length > data.shape[2]:
             grown = data.new_zeros(
-                (_grown(data.shape[0], slots), data.shape[1], _grown(data.shape[2], length),
-                 data.shape[3])
+                (
+                    _grown(data.shape[0], slots),
+                    data.shape[1],
+                    _grown(data.shape[2], length),
+                    data.shape[3],
+                )
             )
             grown[: data.shape[0], :, : data.shape[2]] = data
             data = grown
