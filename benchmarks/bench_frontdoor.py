@@ -217,7 +217,7 @@ def instant_upstream_phase(
     import pandas as pd
 
     from serving.runtime.ports import free_port
-    from training.ops.demo.run import BIN
+    from training.ops.demo.common import BIN
     from training.ops.demo.services import ManagedService
 
     test = next((args.workdir / "datasets").glob("*/test.parquet"))
@@ -277,7 +277,8 @@ def _instant_doors(
     import pandas as pd
 
     from serving.runtime.ports import free_port
-    from training.ops.demo.run import BIN, mcp_service
+    from training.ops.demo.common import BIN
+    from training.ops.demo.run import mcp_service
     from training.ops.demo.services import ManagedService
 
     tests = sorted((args.workdir / "datasets").glob("*/test.parquet"))
@@ -448,7 +449,8 @@ def main() -> None:
         return
 
     from serving.runtime.ports import free_port
-    from training.ops.demo.run import BIN, MODEL_NAME, mcp_service, mlflow_service
+    from training.ops.demo.common import BIN, MODEL_NAME
+    from training.ops.demo.run import mcp_service, mlflow_service
     from training.ops.demo.services import ManagedService, service_stack
 
     registry = args.workdir / "mlflow"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from training.ops.demo.progress import CheckpointWatcher
-from training.ops.demo.run import describe_answer
+from training.ops.demo.summary import describe_answer
 
 
 def test_watcher_reports_each_milestone_once_in_order(tmp_path: Path) -> None:
@@ -166,14 +166,14 @@ def test_the_closing_report_prints_the_question_beside_the_verdict(
 ) -> None:
     from rich.console import Console
 
-    from training.ops.demo import run as demo_run
+    from training.ops.demo import summary as demo_summary
 
     printed = Console(record=True, width=200)
-    monkeypatch.setattr(demo_run, "console", printed)
+    monkeypatch.setattr(demo_summary, "console", printed)
     dataset = tmp_path / "datasets" / "abc"
     dataset.mkdir(parents=True)
     answer = {"content": "It is 10:10.", "tool_calls": []}
-    demo_run._summary(
+    demo_summary.print_summary(
         tmp_path,
         dataset,
         {"TOOLRL_MODEL_NAME": "toolrl-demo-time"},

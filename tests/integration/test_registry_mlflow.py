@@ -196,7 +196,7 @@ def test_weights_go_to_the_s3_artifact_store(
 
 def test_demo_serves_the_champion_an_earlier_run_left(mlflow_server: str, tmp_path: Path) -> None:
     """A second `make demo` whose candidate is rejected still has a champion to serve."""
-    from training.ops.demo.run import current_champion
+    from training.ops.demo.summary import current_champion
 
     name = "toolrl-demo-champion-test"
     assert current_champion(mlflow_server, name) is None  # no such model yet

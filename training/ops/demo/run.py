@@ -14,40 +14,33 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 
 from serving.runtime.ports import free_port
 from training.jobs.auth import new_token, ray_auth_env
 from training.jobs.local_head import head_command
 from training.ops.demo.airflow_run import AirflowHandle, run_loop, start_airflow
 from training.ops.demo.budget import budgeted_spec
+from training.ops.demo.common import BIN, DEMO_QUESTION, MODEL_NAME, console
 from training.ops.demo.pack import PackDemo, pack_answer_check, pack_question, prepare_pack_demo
 from training.ops.demo.progress import CheckpointWatcher
-from training.ops.demo.report import (
-    answer_check,
-    before_after_table,
-    job_dir,
-    latest_run,
-    start_line,
-)
 from training.ops.demo.services import ManagedService, ServiceStack, service_stack
+from training.ops.demo.summary import (
+    champion_history_report,
+    current_champion,
+    print_airflow_access,
+    print_summary,
+)
 from training.pipeline.config import REPO_ROOT
 from training.registry.auth import Identity, RegistryCredentials, provision, server_env
 from training.spec.model import load_spec
 
-console = Console(stderr=True)
-BIN = Path(sys.executable).parent
-MODEL_NAME = "toolrl-demo"
-DEMO_QUESTION = "What's the weather like in Paris right now?"
 _RUN_STATE = re.compile(r"DagRun Finished: .*? state=(\w+)")
 _TASK_LINE = re.compile(r"\[DAG TEST\] (starting|end task) task_id=(\S+)")
 
@@ -364,104 +357,6 @@ def serve_and_chat(
     )
 
 
-def describe_answer(answer: dict[str, Any]) -> str:
-    """The front door's reply in one line: the final text and the MCP calls the agent loop
-    executed on the way (listed under the `toolrl` extension field; the final assistant
-    message carries none, because the calls were already run)."""
-    choices = answer.get("choices") if isinstance(answer.get("choices"), list) else None
-    message = choices[0].get("message", {}) if choices and isinstance(choices[0], dict) else {}
-    content = message.get("content") if isinstance(message, dict) else None
-    extension = answer.get("toolrl")
-    listed = extension.get("tool_calls") if isinstance(extension, dict) else None
-    calls = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
-    if not calls:
-        return f"{content!r} (answered without calling a tool)"
-    rendered = ", ".join(
-        f"{c.get('name')}({json.dumps(c.get('arguments'), ensure_ascii=False)})"
-        + (" -> tool error" if c.get("is_error") else "")
-        for c in calls
-    )
-    plural = "" if len(calls) == 1 else "s"
-    return f"{content!r} after {len(calls)} real MCP tool call{plural}: {rendered}"
-
-
-def current_champion(
-    tracking_uri: str, name: str = MODEL_NAME, reader: Identity | None = None
-) -> str | None:
-    """The registry's `champion` version now (after this run's gate), or None if none yet:
-    a rejected candidate leaves an earlier demo run's champion in place, and that one serves.
-    Read as `reader` (the serving identity) when the registry has auth on."""
-    from training.registry.registry import RegistryError, resolve
-
-    with reader.acting() if reader else nullcontext():
-        try:
-            return resolve(tracking_uri, f"models:/{name}@champion").version
-        except RegistryError:
-            return None
-
-
-def _summary(
-    workdir: Path,
-    dataset: Path,
-    env: dict[str, str],
-    answer: dict[str, Any],
-    elapsed: float,
-    champion: str | None,
-    promoted: bool,
-    check: tuple[bool, str] | None = None,
-    question: str = DEMO_QUESTION,
-) -> None:
-    """The closing report; `check` is the served answer's verdict (default: the built-in
-    demo's weather check) on `question`, printed beside it so the verdict can be read."""
-    name = env["TOOLRL_MODEL_NAME"]
-    pipeline = workdir / "pipeline"
-    reports = sorted(pipeline.rglob("candidate.html"))
-    decisions = sorted(pipeline.rglob("gate_decision.json"))
-    console.rule("[bold green]toolrl demo finished")
-    console.print(f"total time            {elapsed / 60:.1f} min")
-    console.print(f"dataset version       {dataset.name}  ({dataset})")
-    console.print(f"validation page       {dataset / 'validation' / 'index.html'}")
-    console.print(
-        f"Data Docs             {dataset / 'validation' / 'data_docs' / 'index.html'} "
-        "(great-expectations; its scripts need the network)"
-    )
-    if reports:
-        console.print(f"eval report (HTML)    {reports[-1]}")
-    if decisions:
-        decision = json.loads(decisions[-1].read_text())
-        console.print(
-            f"gate decision         {decision['decision']} {decision.get('reasons') or ''}"
-        )
-    if champion:
-        how = "promoted by this run" if promoted else "unchanged: this run's candidate rejected"
-        entry = f"models:/{name}@champion = version {champion} ({how})"
-    else:
-        entry = f"{name}: candidate registered as rejected, no champion yet"
-    console.print(f"registry              {entry} in {workdir / 'mlflow' / 'mlflow.db'}")
-    console.print(
-        f"MLflow UI (later)     {BIN / 'mlflow'} ui --backend-store-uri "
-        f"sqlite:///{workdir / 'mlflow' / 'mlflow.db'}"
-    )
-    if answer:
-        console.print(f"demo question         {question!r}")
-        console.print(f"served answer         {describe_answer(answer)}")
-        ok, why = check if check is not None else answer_check(answer)
-        colour = "green" if ok else "yellow"
-        console.print(
-            f"demo question check   [{colour}]{'ok' if ok else 'not met'}: {why}[/{colour}]"
-        )
-    run_dir = latest_run(pipeline)
-    if run_dir is not None:
-        console.print(f"training              {start_line(run_dir)}")
-        plots = job_dir(run_dir) / "plots"
-        if plots.is_dir():
-            console.print(f"plots                 {plots}")
-        table = before_after_table(run_dir)
-        if table is not None:
-            console.print(table)
-    console.print(f"logs                  {workdir / 'logs'}")
-
-
 def _on_airflow(
     stack: ServiceStack,
     workdir: Path,
@@ -518,19 +413,6 @@ def _shoot_pages(workdir: Path, dataset: Path, handle: AirflowHandle | None) -> 
     )
     console.rule("[bold]pages (offline check and screenshots)")
     check_and_shoot(pages, workdir / "screenshots", airflow, console.print)
-
-
-def _print_airflow_access(handle: AirflowHandle | None) -> None:
-    if handle is None:
-        return
-    console.print(f"Airflow UI            {handle.api.base_url}  (user admin)")
-    if handle.password_printed:
-        console.print(
-            f"Airflow login         admin / {handle.password_printed}  (printed once; kept in "
-            f"{handle.layout.passwords}, mode 0600)"
-        )
-    else:
-        console.print(f"Airflow login         user admin, password in {handle.layout.passwords}")
 
 
 def run_demo(
@@ -614,10 +496,10 @@ def run_demo(
             )
         check = pack_answer_check(answer, expected) if target and answer else None
         _shoot_pages(workdir, dataset, handle)
-        _champion_history(workdir, env["MLFLOW_TRACKING_URI"], registry.pipeline)
+        champion_history_report(workdir, env["MLFLOW_TRACKING_URI"], registry.pipeline)
         elapsed = time.monotonic() - started
-        _summary(workdir, dataset, env, answer, elapsed, champion, promoted, check, question)
-        _print_airflow_access(handle)
+        print_summary(workdir, dataset, env, answer, elapsed, champion, promoted, check, question)
+        print_airflow_access(handle)
         console.print(
             f"credentials           {workdir / 'secrets.json'} (Ray token, MCP token, front door "
             f"key) and {workdir / 'mlflow' / 'credentials.json'} (MLflow admin, pipeline, "
@@ -625,36 +507,6 @@ def run_demo(
         )
         if keep_running:
             _keep_running(stack, workdir)
-
-
-def _champion_history(workdir: Path, tracking_uri: str, identity: Identity) -> None:
-    """The champion's held-out figures after each retraining run in this workdir: a table
-    here, JSON and a plot in `reports/`, and one MLflow run in `champion-history`."""
-    from rich.table import Table
-
-    from training.ops.demo.history import (
-        FOLLOWED,
-        champion_history,
-        history_rows,
-        log_history,
-        write_history,
-    )
-
-    history = champion_history(workdir / "pipeline")
-    if not history:
-        return
-    table = Table(title="the champion after each scheduled run (held-out, 90% interval)")
-    for column in ("run", "champion", *(label for _, label in FOLLOWED)):
-        table.add_column(column)
-    for row in history_rows(history):
-        table.add_row(*row)
-    console.print(table)
-    files = write_history(history, workdir / "reports")
-    try:
-        run_id = log_history(tracking_uri, identity, history, files)
-        console.print(f"champion history      {files[-1]} (MLflow run {run_id})")
-    except Exception as exc:  # the figures are on disk; a registry hiccup must not end the demo
-        console.print(f"[yellow]champion history not logged to MLflow: {exc}[/yellow]")
 
 
 def _pack_target(pack: str, workdir: Path, sources: Path | None) -> PackDemo:
