@@ -24,16 +24,16 @@ from typing import Any
 import pandas as pd
 
 from serving.toolcalls import using_registry
-from training.cpu_backend.budget import pinned_plan
-from training.cpu_backend.compute_dtype import pinned_choice
+from training.cpu_backend.budget import BudgetPlan, pinned_plan
+from training.cpu_backend.compute_dtype import DtypeChoice, pinned_choice
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer, list_tools
 from training.cpu_backend.export import export_model
-from training.cpu_backend.grpo import ROLLOUTS_FILE, run_grpo
+from training.cpu_backend.grpo import ROLLOUTS_FILE, GrpoResult, run_grpo
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.quick_eval import evaluate
 from training.cpu_backend.rollout_budget import RolloutBudget, check_budget, measure_budget
-from training.cpu_backend.sft import ToolSchema, run_sft
+from training.cpu_backend.sft import SftResult, ToolSchema, run_sft
 from training.cpu_backend.tracking import LogCallback, Tracker
 from training.data.packs.truth import dataset_registry
 from training.evaluation.metrics import HEADLINE_METRICS
@@ -217,24 +217,85 @@ def rollout_budget(spec: TrainingSpec, model_dir: Path, train_file: Path) -> Rol
     return budget
 
 
-def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
-    """Run (or resume) the CPU training stage; returns the result the DAG and gate read."""
-    import torch
-
-    torch.set_num_threads(spec.cpu.threads)
-    torch.manual_seed(spec.cpu.seed)
+def _pinned_run(
+    spec: TrainingSpec, workdir: Path
+) -> tuple[TrainingSpec, Path, DtypeChoice, BudgetPlan | None]:
+    """The spec with paths resolved against `workdir`, the dtype and (with
+    `cpu.time_budget_s`) the step counts pinned in the run directory when it started."""
     workdir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(spec.checkpoint.run_dir)
     run_dir = run_dir if run_dir.is_absolute() else workdir / run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = resolve_paths(spec, workdir)
-    spec_hash = spec.spec_hash()  # the spec as written: cpu.dtype auto stays auto in lineage
     precision = pinned_choice(spec.cpu.dtype, run_dir)
     spec = spec.model_copy(update={"cpu": spec.cpu.model_copy(update={"dtype": precision.dtype})})
     plan = None
     if spec.cpu.time_budget_s is not None:
         plan = pinned_plan(spec.cpu, spec.cpu.time_budget_s, precision.dtype, run_dir)
         spec = spec.model_copy(update={"cpu": plan.apply(spec.cpu)})
+    return spec, run_dir, precision, plan
+
+
+def _result(
+    spec: TrainingSpec,
+    spec_hash: str,
+    run_dir: Path,
+    model_dir: Path,
+    sft: SftResult,
+    grpo: GrpoResult,
+) -> dict[str, Any]:
+    """`result.json`: what the DAG and the gate read."""
+    status = (
+        "drifted"
+        if grpo.drift_stopped
+        else ("succeeded" if grpo.final_step >= grpo.planned_steps else "incomplete")
+    )
+    last_rate = grpo.malformed_history[-1] if grpo.malformed_history else 0.0
+    result: dict[str, Any] = {
+        "schema_version": 1,
+        "status": status,
+        "final_step": grpo.final_step,
+        "planned_step": grpo.planned_steps,
+        "spec_hash": spec_hash,
+        "dataset_version": _dataset_version(spec),
+        "checkpoint_dir": str(run_dir),
+        "merged_model_dir": str(model_dir),
+        "drift": {
+            "malformed_rate": last_rate,
+            "max_malformed_rate": spec.drift.max_malformed_rate,
+            "window": float(spec.drift.window),
+            "stopped": float(grpo.drift_stopped),
+        },
+        "message": (
+            f"cpu-trl: sft {sft.steps} steps, grpo {grpo.steps_trained} steps this run "
+            f"(resumed from {grpo.resumed_from}); report in {REPORT}"
+        ),
+    }
+    return result
+
+
+def _grpo_report(grpo: GrpoResult, budget: RolloutBudget, run_dir: Path) -> dict[str, Any]:
+    return {
+        "rollout_budget": budget.as_dict(),
+        "steps_trained": grpo.steps_trained,
+        "flat_batches": grpo.flat_batches,
+        "rewards": grpo.rewards,
+        "reward_stds": grpo.reward_stds,
+        "zero_std_fractions": grpo.zero_std_fractions,
+        "resampling": grpo.resampling,
+        "malformed_history": grpo.malformed_history,
+        "rollouts": str(run_dir / ROLLOUTS_FILE),
+    }
+
+
+def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
+    """Run (or resume) the CPU training stage; returns the result the DAG and gate read."""
+    import torch
+
+    torch.set_num_threads(spec.cpu.threads)
+    torch.manual_seed(spec.cpu.seed)
+    spec_hash = resolve_paths(spec, workdir).spec_hash()  # as written: dtype auto stays auto
+    spec, run_dir, precision, plan = _pinned_run(spec, workdir)
     train_file = Path(spec.data.train_files[0])
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -280,32 +341,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         for stage, payload in evals.items():
             metrics.update(_eval_metrics(stage, payload))
         tracker.log(metrics, step=grpo.final_step)
-        status = (
-            "drifted"
-            if grpo.drift_stopped
-            else ("succeeded" if grpo.final_step >= grpo.planned_steps else "incomplete")
-        )
-        last_rate = grpo.malformed_history[-1] if grpo.malformed_history else 0.0
-        result: dict[str, Any] = {
-            "schema_version": 1,
-            "status": status,
-            "final_step": grpo.final_step,
-            "planned_step": grpo.planned_steps,
-            "spec_hash": spec_hash,
-            "dataset_version": _dataset_version(spec),
-            "checkpoint_dir": str(run_dir),
-            "merged_model_dir": str(model_dir),
-            "drift": {
-                "malformed_rate": last_rate,
-                "max_malformed_rate": spec.drift.max_malformed_rate,
-                "window": float(spec.drift.window),
-                "stopped": float(grpo.drift_stopped),
-            },
-            "message": (
-                f"cpu-trl: sft {sft.steps} steps, grpo {grpo.steps_trained} steps this run "
-                f"(resumed from {grpo.resumed_from}); report in {REPORT}"
-            ),
-        }
+        result = _result(spec, spec_hash, run_dir, model_dir, sft, grpo)
         report: dict[str, Any] = {
             "result": result,
             "backend": "cpu-trl",
@@ -318,17 +354,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "dropped_rows": sft.dropped_rows,
                 "losses": [list(pair) for pair in sft.losses],
             },
-            "grpo": {
-                "rollout_budget": budget.as_dict(),
-                "steps_trained": grpo.steps_trained,
-                "flat_batches": grpo.flat_batches,
-                "rewards": grpo.rewards,
-                "reward_stds": grpo.reward_stds,
-                "zero_std_fractions": grpo.zero_std_fractions,
-                "resampling": grpo.resampling,
-                "malformed_history": grpo.malformed_history,
-                "rollouts": str(run_dir / ROLLOUTS_FILE),
-            },
+            "grpo": _grpo_report(grpo, budget, run_dir),
             "compute_dtype": asdict(precision),
             "time_budget": asdict(plan) if plan else None,
             "timings": timings,
