@@ -27,18 +27,23 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "stack.json"
-DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
+DOCKER = (
+    "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
+)
 PREFIX = "toolrl-local-"
 HOSTS = ["postgres", "minio", "mlflow", "mcp-mock", "mcp-real", "ray-head"]
 ADD_HOSTS = [f"--add-host={h}:127.0.0.1" for h in HOSTS]
 
 
-def docker(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess[str]:
+def docker(
+    *args: str, check: bool = True, capture: bool = True
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], check=check, text=True, capture_output=capture)
 
 
@@ -46,8 +51,15 @@ def image_exists(ref: str) -> bool:
     return docker("image", "inspect", ref, check=False).returncode == 0
 
 
-def run(name: str, image: str, *args: str, env: dict[str, str] | None = None,
-        entrypoint: str | None = None, detach: bool = True, extra: list[str] | None = None) -> None:
+def run(
+    name: str,
+    image: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    entrypoint: str | None = None,
+    detach: bool = True,
+    extra: list[str] | None = None,
+) -> None:
     cmd = ["run", "--name", PREFIX + name, "--network", "host", *ADD_HOSTS]
     if detach:
         cmd.append("-d")
@@ -61,13 +73,13 @@ def run(name: str, image: str, *args: str, env: dict[str, str] | None = None,
     docker(*cmd)
 
 
-def wait(check, timeout_s: float, period_s: float = 0.5) -> bool:
+def wait(check: Callable[[], bool], timeout_s: float, period_s: float = 0.5) -> bool:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         try:
             if check():
                 return True
-        except Exception:  # noqa: BLE001 - not up yet
+        except Exception:
             pass
         time.sleep(period_s)
     return False
@@ -75,8 +87,8 @@ def wait(check, timeout_s: float, period_s: float = 0.5) -> bool:
 
 def http_ok(url: str, headers: dict[str, str] | None = None) -> bool:
     request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=3) as response:  # noqa: S310 - loopback only
-        return 200 <= response.status < 300
+    with urllib.request.urlopen(request, timeout=3) as response:
+        return 200 <= int(response.status) < 300
 
 
 def exec_ok(name: str, *cmd: str) -> bool:
@@ -117,12 +129,24 @@ def up() -> dict[str, Any]:
     # PostgreSQL (Debian's 15) with the compose init script, on 127.0.0.1:5432.
     if image_exists("toolrl/postgres:15-bookworm"):
         t0 = time.monotonic()
-        run("postgres", "toolrl/postgres:15-bookworm", env={
-            "POSTGRES_USER": "postgres", "POSTGRES_PASSWORD": pg_pw, "APP_DB_PASSWORD": pg_pw,
-            "POSTGRES_LISTEN_ADDRESSES": "127.0.0.1",
-        }, extra=["-v", f"{REPO}/infra/compose/postgres-init.sh:/docker-entrypoint-initdb.d/10-toolrl.sh:ro"])
+        run(
+            "postgres",
+            "toolrl/postgres:15-bookworm",
+            env={
+                "POSTGRES_USER": "postgres",
+                "POSTGRES_PASSWORD": pg_pw,
+                "APP_DB_PASSWORD": pg_pw,
+                "POSTGRES_LISTEN_ADDRESSES": "127.0.0.1",
+            },
+            extra=[
+                "-v",
+                f"{REPO}/infra/compose/postgres-init.sh:/docker-entrypoint-initdb.d/10-toolrl.sh:ro",
+            ],
+        )
         # Ready only after the init scripts ran (the first start's server listens on no TCP port).
-        ok = wait(lambda: exec_ok("postgres", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"), 120)
+        ok = wait(
+            lambda: exec_ok("postgres", "pg_isready", "-h", "127.0.0.1", "-U", "postgres"), 120
+        )
         record("postgres", t0, ok, "Debian PostgreSQL 15 (compose default: postgres:17.6)")
 
     # S3 emulator (moto) on 127.0.0.1:9000, reached as http://minio:9000 like in compose.
@@ -131,9 +155,12 @@ def up() -> dict[str, Any]:
         run("s3-emulator", "toolrl-s3-emulator:5.2", "-H", "127.0.0.1", "-p", "9000")
         ok = wait(lambda: http_ok("http://127.0.0.1:9000/moto-api/"), 60)
         if ok:  # the buckets minio-init creates
-            make = ("import boto3; s3 = boto3.client('s3', endpoint_url='http://minio:9000', "
-                    "aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1'); "
-                    "[s3.create_bucket(Bucket=b) for b in ('mlflow', 'toolrl')]; print(s3.list_buckets()['Buckets'])")
+            make = (
+                "import boto3; s3 = boto3.client('s3', endpoint_url='http://minio:9000', "
+                "aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1'); "
+                "[s3.create_bucket(Bucket=b) for b in ('mlflow', 'toolrl')]; "
+                "print(s3.list_buckets()['Buckets'])"
+            )
             out = docker("exec", PREFIX + "s3-emulator", "python", "-c", make, check=False)
             ok = out.returncode == 0
         record("s3-emulator", t0, ok, "moto server: in-memory S3 emulator, not MinIO")
@@ -142,46 +169,112 @@ def up() -> dict[str, Any]:
     if image_exists("toolrl-mlflow:3.17.2") and services.get("postgres", {}).get("healthy"):
         t0 = time.monotonic()
         pg = f"postgresql+psycopg2://mlflow:{pg_pw}@postgres:5432"
-        s3_env = {"MLFLOW_S3_ENDPOINT_URL": "http://minio:9000", "AWS_ACCESS_KEY_ID": s3_key,
-                  "AWS_SECRET_ACCESS_KEY": s3_secret, "AWS_DEFAULT_REGION": "us-east-1"}
-        run("mlflow", "toolrl-mlflow:3.17.2",
-            "--app-name=basic-auth", f"--backend-store-uri={pg}/mlflow",
-            "--artifacts-destination=s3://mlflow", "--host=127.0.0.1", "--port=5000", "--workers=2",
+        s3_env = {
+            "MLFLOW_S3_ENDPOINT_URL": "http://minio:9000",
+            "AWS_ACCESS_KEY_ID": s3_key,
+            "AWS_SECRET_ACCESS_KEY": s3_secret,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        run(
+            "mlflow",
+            "toolrl-mlflow:3.17.2",
+            "--app-name=basic-auth",
+            f"--backend-store-uri={pg}/mlflow",
+            "--artifacts-destination=s3://mlflow",
+            "--host=127.0.0.1",
+            "--port=5000",
+            "--workers=2",
             "--allowed-hosts=mlflow,mlflow:5000,localhost,localhost:5000,127.0.0.1:5000",
-            env={"MLFLOW_AUTH_CONFIG_PATH": "/tmp/mlflow-auth/basic_auth.ini",
-                 "MLFLOW_AUTH_DATABASE_URI": f"{pg}/mlflow_auth",
-                 "MLFLOW_AUTH_ADMIN_USERNAME": "toolrl-admin", "MLFLOW_AUTH_ADMIN_PASSWORD": admin_pw,
-                 "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32), **s3_env})
+            env={
+                "MLFLOW_AUTH_CONFIG_PATH": "/tmp/mlflow-auth/basic_auth.ini",
+                "MLFLOW_AUTH_DATABASE_URI": f"{pg}/mlflow_auth",
+                "MLFLOW_AUTH_ADMIN_USERNAME": "toolrl-admin",
+                "MLFLOW_AUTH_ADMIN_PASSWORD": admin_pw,
+                "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32),
+                **s3_env,
+            },
+        )
         ok = wait(lambda: http_ok("http://127.0.0.1:5000/health"), 240)
         record("mlflow", t0, ok)
         if ok:
             t0 = time.monotonic()
-            out = docker("run", "--rm", "--network", "host", *ADD_HOSTS,
-                         "-e", "MLFLOW_AUTH_ADMIN_USERNAME=toolrl-admin",
-                         "-e", f"MLFLOW_AUTH_ADMIN_PASSWORD={admin_pw}",
-                         "-e", f"MLFLOW_PIPELINE_PASSWORD={pipe_pw}",
-                         "-e", f"MLFLOW_SERVING_PASSWORD={serve_pw}",
-                         "--entrypoint", "toolrl-mlflow", "toolrl-mlflow:3.17.2",
-                         "create-users", "http://mlflow:5000", check=False)
-            services["mlflow-users"] = {"seconds": round(time.monotonic() - t0, 1),
-                                        "exit_code": out.returncode,
-                                        "output_tail": (out.stdout + out.stderr)[-1500:]}
+            out = docker(
+                "run",
+                "--rm",
+                "--network",
+                "host",
+                *ADD_HOSTS,
+                "-e",
+                "MLFLOW_AUTH_ADMIN_USERNAME=toolrl-admin",
+                "-e",
+                f"MLFLOW_AUTH_ADMIN_PASSWORD={admin_pw}",
+                "-e",
+                f"MLFLOW_PIPELINE_PASSWORD={pipe_pw}",
+                "-e",
+                f"MLFLOW_SERVING_PASSWORD={serve_pw}",
+                "--entrypoint",
+                "toolrl-mlflow",
+                "toolrl-mlflow:3.17.2",
+                "create-users",
+                "http://mlflow:5000",
+                check=False,
+            )
+            services["mlflow-users"] = {
+                "seconds": round(time.monotonic() - t0, 1),
+                "exit_code": out.returncode,
+                "output_tail": (out.stdout + out.stderr)[-1500:],
+            }
             print("mlflow-users", services["mlflow-users"], flush=True)
             # The auth app refuses anonymous requests and accepts the pipeline identity.
-            anon = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                                   "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1"],
-                                  text=True, capture_output=True, check=False).stdout
-            authed = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u",
-                                     f"toolrl-pipeline:{pipe_pw}",
-                                     "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1"],
-                                    text=True, capture_output=True, check=False).stdout
-            services["mlflow"]["auth_check"] = {"anonymous_http": anon, "toolrl_pipeline_http": authed}
+            anon = subprocess.run(
+                [
+                    "curl",
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1",
+                ],
+                text=True,
+                capture_output=True,
+                check=False,
+            ).stdout
+            authed = subprocess.run(
+                [
+                    "curl",
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "-u",
+                    f"toolrl-pipeline:{pipe_pw}",
+                    "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1",
+                ],
+                text=True,
+                capture_output=True,
+                check=False,
+            ).stdout
+            services["mlflow"]["auth_check"] = {
+                "anonymous_http": anon,
+                "toolrl_pipeline_http": authed,
+            }
 
     # MCP tool server, mock mode, on 127.0.0.1:8000.
     if image_exists("toolrl-mcp:0.1.0"):
         t0 = time.monotonic()
-        run("mcp-mock", "toolrl-mcp:0.1.0", "--mode", "mock", "--host", "127.0.0.1", "--port", "8000",
-            env={"TOOLRL_MCP_TOKEN": mcp_token})
+        run(
+            "mcp-mock",
+            "toolrl-mcp:0.1.0",
+            "--mode",
+            "mock",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "8000",
+            env={"TOOLRL_MCP_TOKEN": mcp_token},
+        )
         ok = wait(lambda: http_ok("http://127.0.0.1:8000/healthz"), 90)
         record("mcp-mock", t0, ok)
 
@@ -189,9 +282,21 @@ def up() -> dict[str, Any]:
     if image_exists("toolrl-training-cpu:0.1.0"):
         ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": ray_token}
         t0 = time.monotonic()
-        run("ray-head", "toolrl-training-cpu:0.1.0", "ray", "start", "--head", "--port=6379",
-            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--num-gpus=0",
-            "--num-cpus=1", "--block", env=ray_env, extra=["--shm-size=1g"])
+        run(
+            "ray-head",
+            "toolrl-training-cpu:0.1.0",
+            "ray",
+            "start",
+            "--head",
+            "--port=6379",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            "--num-gpus=0",
+            "--num-cpus=1",
+            "--block",
+            env=ray_env,
+            extra=["--shm-size=1g"],
+        )
         hdr = {"Authorization": f"Bearer {ray_token}"}
         ok = wait(lambda: http_ok("http://127.0.0.1:8265/api/version", hdr), 180)
         record("ray-head", t0, ok)
@@ -199,14 +304,25 @@ def up() -> dict[str, Any]:
             # Same network namespace as the head: the worker's fixed-port agents are moved off
             # the head's defaults (52365 dashboard agent, runtime-env agent, metrics).
             t0 = time.monotonic()
-            run("ray-worker", "toolrl-training-cpu:0.1.0", "ray", "start",
-                "--address=ray-head:6379", "--node-ip-address=127.0.0.1", "--num-cpus=1",
-                "--dashboard-agent-listen-port=52366", "--block", env=ray_env,
-                extra=["--shm-size=1g"])
+            run(
+                "ray-worker",
+                "toolrl-training-cpu:0.1.0",
+                "ray",
+                "start",
+                "--address=ray-head:6379",
+                "--node-ip-address=127.0.0.1",
+                "--num-cpus=1",
+                "--dashboard-agent-listen-port=52366",
+                "--block",
+                env=ray_env,
+                extra=["--shm-size=1g"],
+            )
 
             def two_nodes() -> bool:
-                with urllib.request.urlopen(urllib.request.Request(  # noqa: S310
-                        "http://127.0.0.1:8265/nodes?view=summary", headers=hdr), timeout=3) as r:
+                with urllib.request.urlopen(
+                    urllib.request.Request("http://127.0.0.1:8265/nodes?view=summary", headers=hdr),
+                    timeout=3,
+                ) as r:
                     body = json.load(r)
                 summary = body.get("data", {}).get("summary", [])
                 return sum(1 for n in summary if n.get("raylet", {}).get("state") == "ALIVE") >= 2
@@ -214,8 +330,11 @@ def up() -> dict[str, Any]:
             ok = wait(two_nodes, 180, 1.0)
             record("ray-worker", t0, ok, "joined: 2 ALIVE nodes in the head's /nodes")
 
-    return {"services": services, "total_s": round(time.monotonic() - t_all, 1),
-            "network": "host networking, every port on 127.0.0.1; service names via --add-host"}
+    return {
+        "services": services,
+        "total_s": round(time.monotonic() - t_all, 1),
+        "network": "host networking, every port on 127.0.0.1; service names via --add-host",
+    }
 
 
 IMAGES = {  # tag -> what it is
@@ -242,27 +361,51 @@ def record_build(timings: Path) -> dict[str, Any]:
         if out.returncode == 0:
             size = int(out.stdout.strip())
             images[tag] = {"bytes": size, "gb": round(size / 1e9, 2), "what": what}
-    return {"measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "steps": steps, "images": images}
+    return {
+        "measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "steps": steps,
+        "images": images,
+    }
 
 
 def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
     """The whole default profile of compose.yaml, as its host-network variant, with docker-compose:
     time from `up -d` to each container's health check passing (one-shots: exit 0)."""
     generated = Path("/var/tmp/toolrl-compose.hostnet.yaml")
-    text = subprocess.run([sys.executable, str(REPO / "infra/images/compose_hostnet.py")],
-                          check=True, text=True, capture_output=True).stdout
+    text = subprocess.run(
+        [sys.executable, str(REPO / "infra/images/compose_hostnet.py")],
+        check=True,
+        text=True,
+        capture_output=True,
+    ).stdout
     generated.write_text(text)
-    dc = ["docker-compose", "-p", "toolrl", "-f", str(generated), "--env-file", str(env_file),
-          "--project-directory", str(REPO / "infra/compose")]
+    dc = [
+        "docker-compose",
+        "-p",
+        "toolrl",
+        "-f",
+        str(generated),
+        "--env-file",
+        str(env_file),
+        "--project-directory",
+        str(REPO / "infra/compose"),
+    ]
     subprocess.run([*dc, "down", "-v", "--remove-orphans"], check=False, capture_output=True)
     t0 = time.monotonic()
-    up_proc = subprocess.Popen([*dc, "up", "-d", "--no-build"], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    up_proc = subprocess.Popen(
+        [*dc, "up", "-d", "--no-build"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     done: dict[str, Any] = {}
     while time.monotonic() - t0 < timeout_s:
-        ids = docker("ps", "-a", "--filter", "label=com.docker.compose.project=toolrl",
-                     "--format", "{{.ID}}", check=False).stdout.split()
+        ids = docker(
+            "ps",
+            "-a",
+            "--filter",
+            "label=com.docker.compose.project=toolrl",
+            "--format",
+            "{{.ID}}",
+            check=False,
+        ).stdout.split()
         for cid in ids:
             info = json.loads(docker("inspect", cid, check=False).stdout or "[]")
             if not info:
@@ -275,13 +418,18 @@ def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
             health = (state.get("Health") or {}).get("Status")
             one_shot = c["Config"]["Labels"].get("toolrl.one-shot") == "true"
             if one_shot and state["Status"] == "exited":
-                done[name] = {"seconds_from_up": round(time.monotonic() - t0, 1),
-                              "exit_code": state["ExitCode"]}
+                done[name] = {
+                    "seconds_from_up": round(time.monotonic() - t0, 1),
+                    "exit_code": state["ExitCode"],
+                }
             elif health == "healthy":
                 done[name] = {"time_to_healthy_s_from_up": round(time.monotonic() - t0, 1)}
             elif health == "unhealthy" or (not one_shot and state["Status"] == "exited"):
-                done[name] = {"failed": health or state["Status"], "exit_code": state["ExitCode"],
-                              "log_tail": docker("logs", "--tail", "15", cid, check=False).stderr[-2000:]}
+                done[name] = {
+                    "failed": health or state["Status"],
+                    "exit_code": state["ExitCode"],
+                    "log_tail": docker("logs", "--tail", "15", cid, check=False).stderr[-2000:],
+                }
             if name in done:
                 print(name, done[name], flush=True)
         expected = set(yaml_services(generated)) - {"vllm"}
@@ -289,14 +437,17 @@ def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
             break
         time.sleep(2)
     up_out = up_proc.communicate(timeout=60)[0] if up_proc.poll() is not None else "(still running)"
-    return {"services": done, "total_s": round(time.monotonic() - t0, 1),
-            "not_done": sorted(set(yaml_services(generated)) - {"vllm"} - set(done)),
-            "compose_output_tail": up_out[-2000:],
-            "how": "docker-compose 1.29 -p toolrl -f <compose_hostnet.py output> up -d --no-build"}
+    return {
+        "services": done,
+        "total_s": round(time.monotonic() - t0, 1),
+        "not_done": sorted(set(yaml_services(generated)) - {"vllm"} - set(done)),
+        "compose_output_tail": up_out[-2000:],
+        "how": "docker-compose 1.29 -p toolrl -f <compose_hostnet.py output> up -d --no-build",
+    }
 
 
 def yaml_services(path: Path) -> list[str]:
-    import yaml  # noqa: PLC0415 - only this mode needs it
+    import yaml
 
     return list(yaml.safe_load(path.read_text())["services"])
 
@@ -305,16 +456,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--down", action="store_true", help="remove the containers and exit")
     parser.add_argument("--keep", action="store_true", help="leave the containers running")
-    parser.add_argument("--record-build", type=Path, metavar="TIMINGS_TSV",
-                        help="merge build-local-base.sh's timings and the image sizes, then exit")
-    parser.add_argument("--compose", type=Path, metavar="ENV_FILE",
-                        help="bring the whole default profile up with docker-compose (host network)")
+    parser.add_argument(
+        "--record-build",
+        type=Path,
+        metavar="TIMINGS_TSV",
+        help="merge build-local-base.sh's timings and the image sizes, then exit",
+    )
+    parser.add_argument(
+        "--compose",
+        type=Path,
+        metavar="ENV_FILE",
+        help="bring the whole default profile up with docker-compose (host network)",
+    )
     ns = parser.parse_args()
     if ns.compose:
         result = compose_up(ns.compose)
         data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        data["compose_up"] = {"measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              **result}
+        data["compose_up"] = {
+            "measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **result,
+        }
         RESULTS.write_text(json.dumps(data, indent=2) + "\n")
         print(json.dumps({k: v for k, v in result.items() if k != "services"}, indent=2))
         return 0 if not result["not_done"] else 1

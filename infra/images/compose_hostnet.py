@@ -67,7 +67,7 @@ def _loopback_args(command: list[str]) -> list[str]:
     for arg in command:
         arg = re.sub(r"^--host=0\.0\.0\.0$", "--host=127.0.0.1", arg)
         arg = re.sub(r"^--dashboard-host=0\.0\.0\.0$", "--dashboard-host=127.0.0.1", arg)
-        out.append("127.0.0.1" if arg == "0.0.0.0" else arg)
+        out.append("127.0.0.1" if arg == "0.0.0.0" else arg)  # noqa: S104 (rewritten away)
     return out
 
 
@@ -104,14 +104,22 @@ def hostnet(compose: dict[str, Any]) -> dict[str, Any]:
         "s3-emulator": {
             "build": {"context": "../..", "dockerfile": "infra/docker/s3-emulator.Dockerfile"},
             "image": S3_EMULATOR_IMAGE,
-            "labels": {"toolrl.component": "third-party",
-                       "toolrl.s3": "emulator: moto server, in memory, not MinIO"},
+            "labels": {
+                "toolrl.component": "third-party",
+                "toolrl.s3": "emulator: moto server, in memory, not MinIO",
+            },
             "command": ["-H", "127.0.0.1", "-p", "9000"],
             "healthcheck": {
-                "test": ["CMD", "python", "-c",
-                         "import urllib.request; urllib.request.urlopen("
-                         "'http://127.0.0.1:9000/moto-api/', timeout=2)"],
-                "interval": "5s", "timeout": "3s", "retries": 10,
+                "test": [
+                    "CMD",
+                    "python",
+                    "-c",
+                    "import urllib.request; urllib.request.urlopen("
+                    "'http://127.0.0.1:9000/moto-api/', timeout=2)",
+                ],
+                "interval": "5s",
+                "timeout": "3s",
+                "retries": 10,
             },
             "restart": minio.get("restart", "unless-stopped"),
         },
@@ -133,23 +141,28 @@ def hostnet(compose: dict[str, Any]) -> dict[str, Any]:
     gpu_worker = services.pop("ray-gpu-worker")
     worker = {k: v for k, v in gpu_worker.items() if k != "deploy"}
     worker["command"] = [
-        "ray", "start", "--address=ray-head:6379", "--node-ip-address=127.0.0.1",
+        "ray",
+        "start",
+        "--address=ray-head:6379",
+        "--node-ip-address=127.0.0.1",
         # same network namespace as the head: its fixed-port agent moves off 52365
-        "--dashboard-agent-listen-port=52366", "--block",
+        "--dashboard-agent-listen-port=52366",
+        "--block",
     ]
     worker["shm_size"] = "2gb"
     worker["healthcheck"] = _swap(worker["healthcheck"], "ray-head:6379", "127.0.0.1:6379")
     services["ray-cpu-worker"] = worker
-    services["ray-head"]["command"] = _loopback_args(services["ray-head"]["command"]) + []
+    services["ray-head"]["command"] = [*_loopback_args(services["ray-head"]["command"])]
     services["ray-head"]["command"].insert(-1, "--node-ip-address=127.0.0.1")
     services["ray-head"]["shm_size"] = "2gb"
 
     if "vllm" in services:  # the serving profile: CPU machines have no vLLM image to run
-        services["vllm"]["command"] = _set_port(_loopback_args(services["vllm"]["command"]),
-                                                SERVING_PORT)
+        services["vllm"]["command"] = _set_port(
+            _loopback_args(services["vllm"]["command"]), SERVING_PORT
+        )
 
     names = sorted(services)
-    for name, service in services.items():
+    for _name, service in services.items():
         service.pop("ports", None)
         service.pop("networks", None)
         service["network_mode"] = "host"
@@ -162,8 +175,11 @@ def hostnet(compose: dict[str, Any]) -> dict[str, Any]:
             service["command"] = _loopback_args(service["command"])
         if isinstance(service.get("depends_on"), dict):
             deps = service["depends_on"]
-            renamed = {"minio": "s3-emulator", "minio-init": "s3-emulator-init",
-                       "ray-gpu-worker": "ray-cpu-worker"}
+            renamed = {
+                "minio": "s3-emulator",
+                "minio-init": "s3-emulator-init",
+                "ray-gpu-worker": "ray-cpu-worker",
+            }
             service["depends_on"] = {renamed.get(k, k): v for k, v in deps.items()}
         if "environment" in service:
             env = _swap(service["environment"], S3_URL_OLD, S3_URL_NEW)
@@ -173,11 +189,13 @@ def hostnet(compose: dict[str, Any]) -> dict[str, Any]:
     services["postgres"]["image"] = POSTGRES_IMAGE
     services["postgres"]["environment"]["POSTGRES_LISTEN_ADDRESSES"] = "127.0.0.1"
     services["mcp-real"]["command"] = _set_port(services["mcp-real"]["command"], MCP_REAL_PORT)
-    services["mcp-real"]["healthcheck"] = _swap(services["mcp-real"]["healthcheck"],
-                                                "127.0.0.1:8000", f"127.0.0.1:{MCP_REAL_PORT}")
+    services["mcp-real"]["healthcheck"] = _swap(
+        services["mcp-real"]["healthcheck"], "127.0.0.1:8000", f"127.0.0.1:{MCP_REAL_PORT}"
+    )
     if "vllm" in services:
-        services["vllm"]["healthcheck"] = _swap(services["vllm"]["healthcheck"],
-                                                "127.0.0.1:8000", f"127.0.0.1:{SERVING_PORT}")
+        services["vllm"]["healthcheck"] = _swap(
+            services["vllm"]["healthcheck"], "127.0.0.1:8000", f"127.0.0.1:{SERVING_PORT}"
+        )
     api = services.get("airflow-apiserver")
     if api is not None:
         api["command"] = [*api["command"], "--host", "127.0.0.1"]
@@ -196,7 +214,9 @@ def hostnet(compose: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     compose = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
     out = hostnet(compose)
-    sys.stdout.write("# GENERATED by infra/images/compose_hostnet.py from infra/compose/compose.yaml:\n")
+    sys.stdout.write(
+        "# GENERATED by infra/images/compose_hostnet.py from infra/compose/compose.yaml:\n"
+    )
     sys.stdout.write("# host networking, loopback only, local base images, S3 EMULATOR (moto).\n")
     yaml.safe_dump(out, sys.stdout, sort_keys=False, width=200)
     return 0

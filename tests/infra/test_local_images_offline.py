@@ -31,7 +31,9 @@ def _requirements(path: Path) -> list[Requirement]:
 
 
 def _hostnet_module() -> Any:
-    spec = importlib.util.spec_from_file_location("compose_hostnet", IMAGES_DIR / "compose_hostnet.py")
+    spec = importlib.util.spec_from_file_location(
+        "compose_hostnet", IMAGES_DIR / "compose_hostnet.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -69,9 +71,14 @@ def test_python_images_are_build_arguments_with_public_defaults_offline() -> Non
 
 
 def test_cpu_training_requirements_cover_core_and_training_extra_offline() -> None:
-    image = {canonicalize_name(r.name): r for r in _requirements(DOCKER_DIR / "requirements-training-cpu.txt")}
+    image = {
+        canonicalize_name(r.name): r
+        for r in _requirements(DOCKER_DIR / "requirements-training-cpu.txt")
+    }
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    for requirement in map(Requirement, project["dependencies"] + project["optional-dependencies"]["training"]):
+    for requirement in map(
+        Requirement, project["dependencies"] + project["optional-dependencies"]["training"]
+    ):
         name = canonicalize_name(requirement.name)
         assert name in image, f"CPU training image lacks {requirement}"
         assert image[name].specifier == requirement.specifier, f"{name} specifier differs"
@@ -83,17 +90,24 @@ def test_cpu_constraints_hold_the_cpu_torch_build_offline() -> None:
     (pin,) = torch.specifier
     assert pin.operator == "==" and pin.version.endswith("+cpu"), "a CUDA torch could slip in"
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    (extra_torch,) = [Requirement(r) for r in project["optional-dependencies"]["training"]
-                      if canonicalize_name(Requirement(r).name) == "torch"]
+    (extra_torch,) = [
+        Requirement(r)
+        for r in project["optional-dependencies"]["training"]
+        if canonicalize_name(Requirement(r).name) == "torch"
+    ]
     assert extra_torch.specifier.contains(pin.version.removesuffix("+cpu"))
 
 
-def test_hostnet_compose_validates_against_the_compose_spec_offline(hostnet: dict[str, Any]) -> None:
+def test_hostnet_compose_validates_against_the_compose_spec_offline(
+    hostnet: dict[str, Any],
+) -> None:
     PyCompose.from_json(json.dumps(hostnet))
     assert "name" not in hostnet, "docker-compose 1.29 rejects the top-level name"
 
 
-def test_hostnet_compose_uses_host_networking_and_loopback_only_offline(hostnet: dict[str, Any]) -> None:
+def test_hostnet_compose_uses_host_networking_and_loopback_only_offline(
+    hostnet: dict[str, Any],
+) -> None:
     names = set(hostnet["services"])
     for name, service in hostnet["services"].items():
         assert service["network_mode"] == "host", name
