@@ -1,7 +1,7 @@
 """Step counts that fit a time budget, from the CPU's compute dtype and measured step costs.
 
-The same spec costs 5x more on a CPU without native bf16: the demo's SFT step takes about
-4.5 s in bf16 on an AVX512-BF16 host and about 25 s in float32 on an AVX2-only host
+The same spec costs 3-4x more on a CPU without native bf16: the demo's SFT step takes about
+4.5 s in bf16 on an AVX512-BF16 host and about 16 s in float32 on an AVX2-only host
 (`benchmarks/results/cpu_steps.json`, `cpu_training.json`). A demo that promises a time
 cannot run fixed step counts on both. With `cpu.time_budget_s` the training stage scales
 the spec's SFT and GRPO steps so that their estimated time fits, keeping the share of time
@@ -47,10 +47,11 @@ STEP_COSTS: dict[str, StepCost] = {
         "(benchmarks/results/cpu_training.json)",
     ),
     "float32": StepCost(
-        sft_s=25.0,
-        grpo_s=60.0,
-        source="AVX2-only AMD EPYC: SFT step 25 s (3,258 s for 130 steps); GRPO step "
-        "generation + update (benchmarks/results/cpu_steps.json)",
+        sft_s=16.0,
+        grpo_s=72.0,
+        source="AVX2-only AMD EPYC, 2026-12-04: SFT step 16.2 s alone "
+        "(benchmarks/results/cpu_steps.json), 40 steps in 570 s; 16 GRPO steps from that "
+        "SFT checkpoint in 1,145 s (cpu_training_grpo16_resample.json)",
     ),
 }
 
