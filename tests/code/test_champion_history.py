@@ -95,7 +95,9 @@ def test_history_goes_to_mlflow_as_one_run_stepped_by_scheduled_run(
     history = champion_history(pipeline)
     files = write_history(history, tmp_path / "reports")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    before = os.environ.get("MLFLOW_TRACKING_URI")
     run_id = log_history(uri, None, history, files)
+    assert os.environ.get("MLFLOW_TRACKING_URI") == before  # nothing leaks to later children
     client = MlflowClient(uri)
     steps = client.get_metric_history(run_id, "champion/exact_call_accuracy")
     assert [(m.step, m.value) for m in sorted(steps, key=lambda m: m.step)] == [

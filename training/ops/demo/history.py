@@ -148,15 +148,28 @@ def log_history(
     tracking_uri: str, identity: Identity | None, history: list[RunFigures], files: list[Path]
 ) -> str:
     """The champion's figures per run as one MLflow run (metric step = scheduled run) in the
-    `champion-history` experiment, with the table's JSON and plot; returns its run id."""
-    import mlflow
+    `champion-history` experiment, with the table's JSON and plot; returns its run id.
+    Through a client of its own: no tracking URI or experiment is left set in this process
+    (or in the environment its children inherit)."""
+    from mlflow.tracking import MlflowClient
 
     with identity.acting() if identity else nullcontext():
-        mlflow.set_tracking_uri(tracking_uri)
-        mlflow.set_experiment("champion-history")
-        with mlflow.start_run(run_name=f"champion over {len(history)} scheduled runs") as run:
+        client = MlflowClient(tracking_uri)
+        experiment = client.get_experiment_by_name("champion-history")
+        experiment_id = (
+            experiment.experiment_id if experiment else client.create_experiment("champion-history")
+        )
+        run = client.create_run(
+            experiment_id, run_name=f"champion over {len(history)} scheduled runs"
+        )
+        run_id = str(run.info.run_id)
+        try:
             for name, value, step in mlflow_metrics(history):
-                mlflow.log_metric(name, value, step=step)
+                client.log_metric(run_id, name, value, step=step)
             for path in files:
-                mlflow.log_artifact(str(path))
-            return str(run.info.run_id)
+                client.log_artifact(run_id, str(path))
+        except Exception:
+            client.set_terminated(run_id, "FAILED")
+            raise
+        client.set_terminated(run_id)
+        return run_id
