@@ -85,6 +85,13 @@ def wait(check: Callable[[], bool], timeout_s: float, period_s: float = 0.5) -> 
     return False
 
 
+def http_code(url: str, user: str | None = None) -> str:
+    """The HTTP status curl gets for `url` (with basic auth `user:password` when given)."""
+    auth = ["-u", user] if user else []
+    command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", *auth, url]
+    return subprocess.run(command, text=True, capture_output=True, check=False).stdout
+
+
 def http_ok(url: str, headers: dict[str, str] | None = None) -> bool:
     request = urllib.request.Request(url, headers=headers or {})
     with urllib.request.urlopen(request, timeout=3) as response:
@@ -226,36 +233,9 @@ def up() -> dict[str, Any]:
             }
             print("mlflow-users", services["mlflow-users"], flush=True)
             # The auth app refuses anonymous requests and accepts the pipeline identity.
-            anon = subprocess.run(
-                [
-                    "curl",
-                    "-s",
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1",
-                ],
-                text=True,
-                capture_output=True,
-                check=False,
-            ).stdout
-            authed = subprocess.run(
-                [
-                    "curl",
-                    "-s",
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "-u",
-                    f"toolrl-pipeline:{pipe_pw}",
-                    "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1",
-                ],
-                text=True,
-                capture_output=True,
-                check=False,
-            ).stdout
+            search = "http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1"
+            anon = http_code(search)
+            authed = http_code(search, f"toolrl-pipeline:{pipe_pw}")
             services["mlflow"]["auth_check"] = {
                 "anonymous_http": anon,
                 "toolrl_pipeline_http": authed,
