@@ -13,9 +13,13 @@ failure free would fail here.
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
+from serving.toolcalls.registry import active_registry
 from training.data.schema import Category, ExpectedCall, GroundTruth
 from training.rewards import compute_score
+from training.rewards.config import RewardConfig, RuleWeights
+from training.rewards.rule import score_rollout
 from training.rewards.samples import render_hermes, tool_turn
 
 MATH = GroundTruth(
@@ -74,3 +78,48 @@ def test_recovering_from_a_tool_error_scores_as_high_as_no_error() -> None:
     assert (
         compute_score("d", recovered, MATH)["score"] == compute_score("d", CORRECT, MATH)["score"]
     )
+
+
+CHAIN = GroundTruth(
+    category=Category.MULTI_STEP,
+    steps=[
+        [ExpectedCall(name="calculate_math", arguments={"expression": "256*37"})],
+        [ExpectedCall(name="calculate_math", arguments={"expression": "9472/4"})],
+    ],
+    answers=["2368"],
+).to_json()
+STOPPED = CALL + RESULT + "256 x 37 = 9472."
+TRIED_NEXT = (
+    CALL + RESULT + render_hermes("calculate_math", {"expression": "9472/5"})
+    + tool_turn(['{"result": 1894.4}']) + "Each gets 1894.4."
+)  # fmt: skip
+CHAIN_DONE = (
+    CALL + RESULT + render_hermes("calculate_math", {"expression": "9472/4"})
+    + tool_turn(['{"result": 2368}']) + "Each gets 2368."
+)  # fmt: skip
+
+
+def _alignment(text: str, weights: RuleWeights) -> float:
+    config = RewardConfig(weights=weights)
+    return score_rollout(text, CHAIN, config, active_registry()).tool_alignment
+
+
+def test_missing_call_gap_makes_stopping_a_chain_early_cost_more_than_trying_its_next_call() -> (
+    None
+):
+    """The 16-step GRPO run learned to answer multi-step questions after one call
+    (`docs/parts/cpu_backend.md`): a call left out costs as much as a call too many by
+    default. `missing_call_gap` above 1 charges the early stop more than a next call with
+    the right tool and wrong arguments; the default leaves every score as pinned."""
+    default, doubled = RuleWeights(), RuleWeights(missing_call_gap=2.0)
+    assert _alignment(STOPPED, default) == -0.5  # one missing call
+    assert _alignment(TRIED_NEXT, default) == -0.25  # one right-tool-wrong-arguments call
+    assert _alignment(STOPPED, doubled) == -1.0
+    assert _alignment(TRIED_NEXT, doubled) == -0.25
+    assert _alignment(CHAIN_DONE, doubled) == _alignment(CHAIN_DONE, default) == 0.5
+
+
+def test_missing_call_gap_refuses_out_of_range_values() -> None:
+    for bad in (-1.0, 5.0):
+        with pytest.raises(ValidationError, match="missing_call_gap"):
+            RuleWeights(missing_call_gap=bad)

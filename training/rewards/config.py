@@ -25,6 +25,14 @@ class RuleWeights(BaseModel):
     alignment_bonus: float = Field(0.5, description="When the calls match the expected exactly.")
     alignment_penalty_per_gap: float = Field(0.5, ge=0, description="Per unit of call gap.")
     alignment_floor: float = Field(-2.0, le=0, description="Lowest alignment term.")
+    missing_call_gap: float = Field(
+        1.0,
+        ge=0,
+        le=4,
+        description="Gap charged per expected call the rollout never made (a call too many "
+        "costs 1). Above 1, answering before a multi-step chain is done costs more than "
+        "trying its next call.",
+    )
     name_only_gap: float = Field(
         0.5, ge=0, le=1, description="Gap charged for the right tool with wrong arguments."
     )

@@ -5,9 +5,10 @@ Terms (weights in `RuleWeights`), summed then clipped:
 - format: -w per syntax error (unclosed/stray tags, stray attributes, bad JSON, garbage in a
   name, prose after a call, a hallucinated tool response), capped;
 - tool alignment: +bonus when the valid calls equal the expected ones by name AND arguments
-  (order-free), else -w x gap, gap = missing + extra + invalid + name_only_gap x right-tool-
-  wrong-arguments; an identical call repeated after an error response is a retry, not extra;
-  rows that expect no call (irrelevance, clarification) get the bonus for not calling;
+  (order-free), else -w x gap, gap = missing_call_gap x missing + extra + invalid +
+  name_only_gap x right-tool-wrong-arguments; an identical call repeated after an error
+  response is a retry, not extra; rows that expect no call (irrelevance, clarification)
+  get the bonus for not calling;
 - ground truth: up to +max for the share of `answers` found in the final answer (numbers
   approximately); irrelevance rows earn it by answering without calling, clarification rows by
   asking for the missing argument without calling;
@@ -323,7 +324,7 @@ def _alignment(
     full, name_only = match_calls(valid, truth.expected)
     missing = len(truth.expected) - full - name_only
     extra = max(0, len(valid) - full - name_only - retries)
-    gap = missing + extra + invalid + weights.name_only_gap * name_only
+    gap = weights.missing_call_gap * missing + extra + invalid + weights.name_only_gap * name_only
     if gap == 0:
         return weights.alignment_bonus, full
     return max(weights.alignment_floor, -weights.alignment_penalty_per_gap * gap), full
