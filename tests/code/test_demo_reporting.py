@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from training.checkpoints.layout import PROGRESS_FILE
 from training.ops.demo.progress import CheckpointWatcher
 from training.ops.demo.summary import describe_answer
 
@@ -44,6 +45,39 @@ def test_watcher_reports_each_milestone_once_in_order(tmp_path: Path) -> None:
         "GRPO checkpoint: step 5/10",
         "quick eval after SFT: parseable 97%, right tool 40%",
     ]
+
+
+def test_watcher_reports_a_running_phase_at_each_tenth_between_checkpoints(
+    tmp_path: Path,
+) -> None:
+    """A 58-step SFT runs 15 minutes between checkpoints on AVX2: the progress file the
+    trainer callback writes on every log is reported once per tenth of the phase."""
+    run = tmp_path / "manual__1" / "checkpoints"
+    run.mkdir(parents=True)
+    said: list[str] = []
+    watcher = CheckpointWatcher(tmp_path, said.append)
+    progress = run / PROGRESS_FILE
+
+    def logged(phase: str, step: int, of: int, **figures: float) -> list[str]:
+        progress.write_text(json.dumps({"phase": phase, "step": step, "of": of, **figures}))
+        return watcher.poll()
+
+    assert logged("sft", 6, 58, loss=5.81) == ["SFT step 6/58, loss 5.81"]
+    assert logged("sft", 8, 58, loss=1.2) == []  # the same tenth
+    assert logged("sft", 12, 58, loss=0.61) == ["SFT step 12/58, loss 0.61"]
+    assert logged("sft", 58, 58, loss=0.2) == []  # the end is the checkpoint's line
+    assert logged("grpo", 1, 3, reward=-0.45) == ["GRPO step 1/3, reward -0.45"]
+    assert logged("grpo", 2, 3) == ["GRPO step 2/3"]
+
+
+@pytest.mark.parametrize(
+    "content", ["", "{", "[]", '{"phase": "sft", "step": "x", "of": 5}', '{"step": 1}', "\x00"]
+)
+def test_a_torn_or_hostile_progress_file_is_skipped(tmp_path: Path, content: str) -> None:
+    run = tmp_path / "r" / "checkpoints"
+    run.mkdir(parents=True)
+    (run / PROGRESS_FILE).write_text(content)
+    assert CheckpointWatcher(tmp_path, [].append).poll() == []
 
 
 @pytest.mark.parametrize("content", ["", "{", "[]", '{"parseable_rate": "x"}', "\x00\xff"])
@@ -187,3 +221,26 @@ def test_the_closing_report_prints_the_question_beside_the_verdict(
     text = printed.export_text()
     assert "demo question         'Tell me the local time in Istanbul.'" in text
     assert "not met: get_current_time returned a tool error" in text
+
+
+def test_the_trainer_callback_writes_what_the_watcher_reads(tmp_path: Path) -> None:
+    """`ProgressCallback` on the trainer's log: phase, step, of, a finite loss; the file is
+    replaced whole, so the watcher never reads half of it."""
+    from types import SimpleNamespace
+
+    from training.cpu_backend.tracking import ProgressCallback
+
+    run = tmp_path / "r" / "checkpoints"
+    callback = ProgressCallback(run, "sft")
+    state = SimpleNamespace(global_step=20, max_steps=58)
+    callback.on_log(None, state, None, logs={"loss": 0.2086, "grad_norm": 2.6})
+    assert json.loads((run / PROGRESS_FILE).read_text()) == {
+        "phase": "sft",
+        "step": 20,
+        "of": 58,
+        "loss": 0.2086,
+    }
+    callback.on_log(None, state, None, logs={"loss": float("nan")})
+    assert "loss" not in json.loads((run / PROGRESS_FILE).read_text())
+    assert CheckpointWatcher(tmp_path, [].append).poll() == ["SFT step 20/58"]
+    assert sorted(p.name for p in run.iterdir()) == [PROGRESS_FILE]

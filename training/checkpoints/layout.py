@@ -21,6 +21,9 @@ from typing import Any
 TRACKER = "latest_checkpointed_iteration.txt"
 MARKER = "_COMPLETE.json"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
+#: The CPU backend's last logged step per phase in the run dir (written by
+#: `training/cpu_backend/tracking.ProgressCallback`, read by the demo's progress watcher).
+PROGRESS_FILE = "progress.json"
 
 
 @dataclass(frozen=True)

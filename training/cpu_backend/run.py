@@ -34,7 +34,7 @@ from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.quick_eval import evaluate
 from training.cpu_backend.rollout_budget import RolloutBudget, check_budget, measure_budget
 from training.cpu_backend.sft import SftResult, ToolSchema, run_sft
-from training.cpu_backend.tracking import LogCallback, Tracker
+from training.cpu_backend.tracking import LogCallback, ProgressCallback, Tracker
 from training.data.packs.truth import dataset_registry
 from training.evaluation.metrics import HEADLINE_METRICS
 from training.spec.model import TrainingSpec
@@ -316,15 +316,15 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         evals["before"] = quick_eval(spec, base, rows, url, run_dir / "eval_before.json")
         resident: dict[str, float] = {}
         peaks: dict[str, float] = {"before": release_memory(resident, "before")}
-        sft = run_sft(spec, base, train_file, run_dir, schemas, [LogCallback(tracker, "train/sft")])
+        sft_callbacks = [LogCallback(tracker, "train/sft"), ProgressCallback(run_dir, "sft")]
+        sft = run_sft(spec, base, train_file, run_dir, schemas, sft_callbacks)
         timings["sft_s"] = sft.seconds
         peaks["sft"] = release_memory(resident, "sft")
         if sft.model_dir != base:  # no SFT ran (continuing from a champion): nothing new
             evals["sft"] = quick_eval(spec, sft.model_dir, rows, url, run_dir / "eval_sft.json")
             release_memory(resident, "eval_sft")
-        grpo = run_grpo(
-            spec, sft.model_dir, train_file, run_dir, url, [LogCallback(tracker, "train")]
-        )
+        grpo_callbacks = [LogCallback(tracker, "train"), ProgressCallback(run_dir, "grpo")]
+        grpo = run_grpo(spec, sft.model_dir, train_file, run_dir, url, grpo_callbacks)
         timings["grpo_s"] = grpo.seconds
         peaks["grpo"] = release_memory(resident, "grpo")
         evals["grpo"] = quick_eval(spec, grpo.model_dir, rows, url, run_dir / "eval_grpo.json")

@@ -8,12 +8,15 @@ after GRPO). Nothing is logged when `MLFLOW_TRACKING_URI` is unset; a run named 
 
 from __future__ import annotations
 
+import json
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
+from training.checkpoints.layout import PROGRESS_FILE
 from training.spec.model import TrainingSpec
 
 
@@ -91,4 +94,33 @@ class LogCallback(TrainerCallback):
             if isinstance(value, int | float) and not isinstance(value, bool)
         }
         self.tracker.log(metrics, step=state.global_step)
+        return control
+
+
+class ProgressCallback(TrainerCallback):
+    """Trainer logs -> `run_dir/progress.json` (phase, step, of, loss or reward), replaced
+    atomically on every log. On AVX2 a 58-step SFT runs 15 minutes between its checkpoints;
+    without this a user watching the demo saw nothing for that long."""
+
+    def __init__(self, run_dir: Path, phase: str) -> None:
+        self.path = run_dir / PROGRESS_FILE
+        self.phase = phase
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> Any:
+        logs = logs or {}
+        record: dict[str, Any] = {
+            "phase": self.phase,
+            "step": int(state.global_step),
+            "of": int(state.max_steps),
+        }
+        for key in ("loss", "reward"):
+            value = logs.get(key)
+            if isinstance(value, int | float) and math.isfinite(value):
+                record[key] = round(float(value), 4)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(record), encoding="utf-8")
+        partial.replace(self.path)
         return control

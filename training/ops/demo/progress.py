@@ -10,13 +10,12 @@ evals), so watching it shows real progress without coupling the demo to the job'
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-_STEP = re.compile(r"^global_step_(\d+)$")
+from training.checkpoints.layout import PROGRESS_FILE, STEP_DIR
 _EVAL_STAGES = {"before": "base model", "sft": "after SFT", "grpo": "after GRPO"}
 
 
@@ -25,7 +24,7 @@ def _steps(folder: Path) -> list[int]:
         names = [p.name for p in folder.iterdir() if p.is_dir()]
     except OSError:
         return []
-    return sorted(int(m.group(1)) for m in map(_STEP.match, names) if m)
+    return sorted(int(m.group(1)) for m in map(STEP_DIR.match, names) if m)
 
 
 def _eval_line(path: Path, label: str) -> str:
@@ -36,6 +35,27 @@ def _eval_line(path: Path, label: str) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         return f"quick eval {label}: done ({path.name})"
     return f"quick eval {label}: parseable {parseable:.0%}, right tool {selection:.0%}"
+
+
+_PHASES = {"sft": "SFT", "grpo": "GRPO"}
+#: A running phase is reported at each tenth of its steps.
+_PROGRESS_STEPS = 10
+
+
+def _progress(run: Path) -> list[tuple[str, str]]:
+    """The phase's latest logged step, as a milestone at each tenth of the phase."""
+    try:
+        data = json.loads((run / PROGRESS_FILE).read_text(encoding="utf-8"))
+        phase, step, total = str(data["phase"]), int(data["step"]), int(data["of"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    if total <= 0 or step <= 0 or step >= total:  # the checkpoint line reports the end
+        return []
+    tenth = step * _PROGRESS_STEPS // total
+    figure = next((f"{k} {data[k]:.3g}" for k in ("loss", "reward") if k in data), "")
+    label = _PHASES.get(phase, phase)
+    message = f"{label} step {step}/{total}" + (f", {figure}" if figure else "")
+    return [(f"{run}|progress|{phase}|{tenth}", message)]
 
 
 class CheckpointWatcher:
@@ -69,6 +89,7 @@ class CheckpointWatcher:
             for step in _steps(run):
                 of = f"/{total_rl}" if total_rl else ""
                 found.append((f"{run}|rl|{step}", f"GRPO checkpoint: step {step}{of}"))
+            found.extend(_progress(run))
             for stage, label in _EVAL_STAGES.items():
                 path = run / f"eval_{stage}.json"
                 if path.is_file():
