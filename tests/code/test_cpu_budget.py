@@ -102,3 +102,17 @@ def test_budget_zero_runs_the_spec_as_written_and_a_negative_one_is_refused(
     assert budget.plan is None and load_spec(budget.spec_path).cpu.time_budget_s is None
     with pytest.raises(ValueError, match="budget-minutes"):
         budgeted_spec(DEMO_SPEC, tmp_path, -1, "float32")
+
+
+@pytest.mark.parametrize("dtype", sorted(STEP_COSTS))
+def test_grpo_is_cut_to_its_floor_before_sft_loses_a_step(dtype: str) -> None:
+    """A short budget keeps SFT steps, which decide whether the candidate clears the gate,
+    and gives GRPO its floor (measured: GRPO at these budgets lowered exact calls)."""
+    full_sft = 130 * STEP_COSTS[dtype].sft_s
+    roomy = plan_steps(DEMO, full_sft + 3.5 * STEP_COSTS[dtype].grpo_s, dtype)
+    assert (roomy.sft_steps, roomy.grpo_steps) == (130, 3)
+    tight = plan_steps(DEMO, full_sft, dtype)
+    assert tight.grpo_steps == MIN_GRPO_STEPS
+    assert tight.sft_steps == int((full_sft - MIN_GRPO_STEPS * STEP_COSTS[dtype].grpo_s)
+                                  // STEP_COSTS[dtype].sft_s)  # fmt: skip
+    assert "GRPO first" in tight.reason
