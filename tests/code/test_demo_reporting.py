@@ -66,7 +66,7 @@ def test_watcher_reports_a_running_phase_at_each_tenth_between_checkpoints(
     assert logged("sft", 8, 58, loss=1.2) == []  # the same tenth
     assert logged("sft", 12, 58, loss=0.61) == ["SFT step 12/58, loss 0.61"]
     assert logged("sft", 58, 58, loss=0.2) == []  # the end is the checkpoint's line
-    assert logged("grpo", 1, 3, reward=-0.45) == ["GRPO step 1/3, reward -0.45"]
+    assert logged("grpo", 1, 3, reward=-0.45, loss=0.0) == ["GRPO step 1/3, reward -0.45"]
     assert logged("grpo", 2, 3) == ["GRPO step 2/3"]
 
 

@@ -52,7 +52,7 @@ def _progress(run: Path) -> list[tuple[str, str]]:
     if total <= 0 or step <= 0 or step >= total:  # the checkpoint line reports the end
         return []
     tenth = step * _PROGRESS_STEPS // total
-    figure = next((f"{k} {data[k]:.3g}" for k in ("loss", "reward") if k in data), "")
+    figure = next((f"{k} {data[k]:.3g}" for k in ("reward", "loss") if k in data), "")
     label = _PHASES.get(phase, phase)
     message = f"{label} step {step}/{total}" + (f", {figure}" if figure else "")
     return [(f"{run}|progress|{phase}|{tenth}", message)]

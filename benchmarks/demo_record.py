@@ -1,0 +1,72 @@
+"""Record what a finished `make demo` measured: wall time, the budget's plan, step and eval
+times, peak memory, the gate's decision and the champion's held-out figures with intervals.
+
+    /usr/bin/time -f %e make demo      # or: start=$(date +%s); make demo; echo $(( $(date +%s)-start ))
+    python benchmarks/demo_record.py runs/demo --wall-s 2083 --label budget-grpo-first
+
+Reads the demo's workdir (the training job's `cpu_report.json`, the DAG's gate decision,
+`reports/champion_history.json`) and appends one entry, with this machine's CPU flags, to
+benchmarks/results/demo_runs.json (the time targets: 20 minutes with native bf16, 35 on AVX2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from serving.engine.cpu_dtype import cpu_facts
+from training.ops.demo.budget import BUDGET_MINUTES
+
+RESULTS = Path(__file__).parent / "results" / "demo_runs.json"
+
+
+def newest(workdir: Path, pattern: str) -> Path:
+    found = sorted(workdir.glob(pattern), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise SystemExit(f"no {pattern} under {workdir}: is it a finished demo's workdir?")
+    return found[-1]
+
+
+def record(workdir: Path, wall_s: float, label: str) -> dict[str, Any]:
+    report = json.loads(newest(workdir, "pipeline/*/jobs/*/cpu_report.json").read_text())
+    gate = json.loads(newest(workdir, "pipeline/*/eval/gate_decision.json").read_text())
+    history = json.loads((workdir / "reports" / "champion_history.json").read_text())
+    dtype = str(report["time_budget"]["dtype"]) if report.get("time_budget") else "unknown"
+    return {
+        "label": label,
+        "measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu": cpu_facts(),
+        "make_demo_wall_s": wall_s,
+        "make_demo_wall_min": round(wall_s / 60, 1),
+        "target_min": BUDGET_MINUTES.get(dtype),
+        "time_budget": report.get("time_budget"),
+        "training_timings_s": {k: round(float(v), 1) for k, v in report["timings"].items()},
+        "quick_eval_s": {k: v.get("seconds") for k, v in report["evals"].items()},
+        "training_peak_rss_gib": report.get("peak_rss_gib"),
+        "gate": {k: gate.get(k) for k in ("decision", "reasons")},
+        "champion_held_out": history[-1]["figures"] if history else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("workdir", type=Path, help="The demo's workdir (runs/demo).")
+    parser.add_argument("--wall-s", type=float, required=True, help="make demo's wall time.")
+    parser.add_argument("--label", default="demo", help="What this run varied.")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    entry = record(args.workdir, args.wall_s, args.label)
+    runs = json.loads(args.out.read_text()) if args.out.is_file() else []
+    runs.append(entry)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(runs, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(entry, indent=2))
+
+
+if __name__ == "__main__":
+    main()
