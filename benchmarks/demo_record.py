@@ -1,7 +1,7 @@
 """Record what a finished `make demo` measured: wall time, the budget's plan, step and eval
 times, peak memory, the gate's decision and the champion's held-out figures with intervals.
 
-    /usr/bin/time -f %e make demo      # or: start=$(date +%s); make demo; echo $(( $(date +%s)-start ))
+    start=$(date +%s); make demo; echo $(( $(date +%s) - start ))    # make demo's wall time
     python benchmarks/demo_record.py runs/demo --wall-s 2083 --label budget-grpo-first
 
 Reads the demo's workdir (the training job's `cpu_report.json`, the DAG's gate decision,

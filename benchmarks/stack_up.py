@@ -4,6 +4,8 @@ networking and loopback ports only, and time each service to healthy.
     python3 benchmarks/stack_up.py [--down] [--keep]
     python3 benchmarks/stack_up.py --record-build /var/tmp/toolrl-build-timings.tsv
     python3 benchmarks/stack_up.py --compose infra/compose/.env   # whole stack, docker-compose
+    python3 benchmarks/stack_up.py --write-env /var/tmp/toolrl.env \
+        --env TOOLRL_TRAINING_SPEC=training/specs/cpu_tiny.yaml   # .env with fresh secrets
 
 Images come from infra/images/build-local-base.sh (run that first). Every container runs with
 `--network host` and listens on 127.0.0.1 only; the compose service names the images expect
@@ -426,6 +428,39 @@ def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
     }
 
 
+#: env.example keys whose empty value is a secret to generate, and how.
+_GENERATED = {"AIRFLOW_FERNET_KEY": "fernet"}
+_NOT_SECRET = ("TOOLRL_JUDGE_URL", "TOOLRL_JUDGE_MODEL", "TOOLRL_JUDGE_API_KEY")
+
+
+def write_env(out: Path, overrides: list[str]) -> Path:
+    """infra/compose/env.example with every empty secret filled by a fresh random value
+    (the Fernet key in its own format) and `KEY=VALUE` overrides applied; mode 0600."""
+    import base64
+    import os
+
+    values = dict(item.split("=", 1) for item in overrides)
+    lines = []
+    for line in (REPO / "infra/compose/env.example").read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith("#"):
+            if key in values:
+                value = values.pop(key)
+            elif not value and key not in _NOT_SECRET:
+                value = (
+                    base64.urlsafe_b64encode(os.urandom(32)).decode()
+                    if _GENERATED.get(key) == "fernet"
+                    else secrets.token_hex(24)
+                )
+            line = f"{key}={value}"
+        lines.append(line)
+    if values:
+        raise SystemExit(f"not keys of env.example: {', '.join(sorted(values))}")
+    out.write_text("\n".join(lines) + "\n")
+    out.chmod(0o600)
+    return out
+
+
 def yaml_services(path: Path) -> list[str]:
     import yaml
 
@@ -448,7 +483,23 @@ def main() -> int:
         metavar="ENV_FILE",
         help="bring the whole default profile up with docker-compose (host network)",
     )
+    parser.add_argument(
+        "--write-env",
+        type=Path,
+        metavar="ENV_FILE",
+        help="write env.example with generated secrets there (mode 0600), then exit",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --write-env: set a key (repeatable)",
+    )
     ns = parser.parse_args()
+    if ns.write_env:
+        print(f"wrote {write_env(ns.write_env, ns.env)}")
+        return 0
     if ns.compose:
         result = compose_up(ns.compose)
         data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}

@@ -40,11 +40,13 @@ DEFAULTS = load_pipeline_config()
 def plan_spec(**context: Any) -> dict[str, Any]:
     from airflow.sdk.exceptions import AirflowFailException
     from toolrl_plugins.asset_events import owned_event_extras
-    from toolrl_plugins.connections import mlflow_uri
+    from toolrl_plugins.connections import mlflow_uri, training_spec_variable
 
     from training.pipeline.retraining_stage import StageError, plan_run
 
     params = RunParams.model_validate(dict(context["params"]))
+    if not params.spec:
+        params = params.model_copy(update={"spec": training_spec_variable()})
     extras = owned_event_extras(context, VALIDATED_DATASET)
     run_key = context["dag_run"].run_id
     try:
@@ -77,17 +79,23 @@ def fetch_result(submitted: dict[str, Any]) -> dict[str, Any]:
 
 
 @task
-def evaluate(planned: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+def evaluate(planned: dict[str, Any], result: dict[str, Any], **context: Any) -> dict[str, Any]:
     from toolrl_plugins.connections import mcp_endpoint, mlflow_uri
+    from toolrl_plugins.hooks import RayJobsHook
 
+    from training.pipeline.evaluation_job import evaluate_on_ray
     from training.pipeline.gate_stage import evaluate_candidate_and_champion
 
-    evaluation = evaluate_candidate_and_champion(
-        TrainingPlan.model_validate(planned),
-        TrainingResult.model_validate(result),
-        mcp_endpoint()[0],
-        mlflow_uri(),
-    )
+    plan, trained = TrainingPlan.model_validate(planned), TrainingResult.model_validate(result)
+    if load_pipeline_config().evaluation_runs_on == "ray":  # the cluster: no torch here
+        client, attempt = RayJobsHook().get_client(), int(context["ti"].try_number)
+        # the token stays out of the job's request: Ray nodes hold TOOLRL_MCP_TOKEN themselves
+        evaluation = evaluate_on_ray(
+            client, plan, trained, mcp_endpoint()[0], mlflow_uri(), attempt
+        )
+    else:
+        url, token = mcp_endpoint()
+        evaluation = evaluate_candidate_and_champion(plan, trained, url, mlflow_uri(), token)
     return evaluation.model_dump(mode="json")
 
 

@@ -336,9 +336,11 @@ CONNECTIONS: tuple[AirflowConnection, ...] = (
 VARIABLES: tuple[AirflowVariable, ...] = (
     AirflowVariable(
         "toolrl_training_spec",
-        "Name of the TrainingSpec that scheduled runs use (a DAG-run param overrides it).",
+        "TrainingSpec YAML that scheduled runs train instead of the pipeline config's "
+        "`training_spec` (relative: shipped with toolrl, e.g. training/specs/cpu_tiny.yaml); "
+        "empty: the config's. A DAG-run `spec` param overrides both.",
         required=False,
-        default="seed",
+        default="",
     ),
 )
 

@@ -24,6 +24,12 @@ RUN pip install --no-cache-dir -r /tmp/requirements-airflow.txt \
     && rm -rf /tmp/wheels /tmp/requirements-airflow.txt
 COPY --chown=airflow:0 dags /opt/airflow/dags
 COPY --chown=airflow:0 plugins /opt/airflow/plugins
+# The compose stack's pipeline config (TOOLRL_PIPELINE_CONFIG) and the mount point of the
+# run volume shared with the Ray nodes: group 0 writable, setgid, as in the training images,
+# so whichever container mounts the empty volume first gives it the same owner and mode.
+COPY --chown=airflow:0 infra/compose/pipeline.yaml /opt/toolrl/pipeline.yaml
+USER 0
+RUN install -d -m 2775 -o root -g 0 /var/lib/toolrl
 ENV AIRFLOW__CORE__LOAD_EXAMPLES=False
 # The base image already runs as the unprivileged "airflow" user (uid 50000); stated again so
 # that no later edit above leaves the image running as root.

@@ -32,7 +32,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     HF_HOME=/home/ray/.cache/huggingface
 # KubeRay's convention: an unprivileged "ray" user (uid 1000) with a writable home, where Ray
 # keeps /home/ray/.cache and the Hugging Face cache.
-RUN useradd --uid 1000 --create-home --shell /bin/bash ray
+# /var/lib/toolrl: mount point of the run volume shared with Airflow (compose runs this user
+# as 1000:0; group 0 writes it, setgid keeps new entries in the group)
+RUN useradd --uid 1000 --create-home --shell /bin/bash ray \
+    && install -d -m 2775 -o root -g 0 /var/lib/toolrl
 USER 1000
 WORKDIR /home/ray
 EXPOSE 6379 8265 10001

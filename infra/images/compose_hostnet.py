@@ -15,7 +15,8 @@ What changes, service by service (compose.yaml itself stays the deployable file)
 - MinIO and its init job are replaced by `s3-emulator` (moto's server, an in-memory EMULATOR:
   a restart loses every object) and `s3-emulator-init` (creates the buckets with boto3);
 - Ray's GPU worker becomes `ray-cpu-worker` on the CPU training image, without the GPU
-  reservation; the head runs the CPU image too;
+  reservation; the head runs the CPU image too, offering no CPU (`--num-cpus=0`), so the
+  training job's driver, where the CPU backend trains, runs on the worker;
 - every build gets the local base images as PYTHON_IMAGE / AIRFLOW_IMAGE build arguments.
 The result goes to stdout; it is a build product, not committed.
 """
@@ -154,6 +155,9 @@ def hostnet(compose: dict[str, Any]) -> dict[str, Any]:
     services["ray-cpu-worker"] = worker
     services["ray-head"]["command"] = [*_loopback_args(services["ray-head"]["command"])]
     services["ray-head"]["command"].insert(-1, "--node-ip-address=127.0.0.1")
+    # The CPU backend trains inside the job's driver: with no CPU to offer on the head, the
+    # driver (entrypoint_num_cpus=1) is placed on the worker, as the GPU stack's actors are.
+    services["ray-head"]["command"].insert(-1, "--num-cpus=0")
     services["ray-head"]["shm_size"] = "2gb"
 
     if "vllm" in services:  # the serving profile: CPU machines have no vLLM image to run

@@ -1,11 +1,12 @@
-"""Read toolrl's Airflow connections (at task run time only, never at parse time)."""
+"""Read toolrl's Airflow connections and Variables (at task run time only, never at parse
+time)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Variable
 
 
 def http_url(conn_id: str) -> str:
@@ -39,3 +40,9 @@ def mlflow_uri() -> str:
         os.environ["MLFLOW_TRACKING_USERNAME"] = str(conn.login)
         os.environ["MLFLOW_TRACKING_PASSWORD"] = str(conn.password or "")
     return http_url("toolrl_mlflow")
+
+
+def training_spec_variable() -> str:
+    """The `toolrl_training_spec` Variable (serving/settings.py), empty when unset: which
+    TrainingSpec scheduled runs train, switchable without a new pipeline config."""
+    return str(Variable.get("toolrl_training_spec", default="") or "").strip()

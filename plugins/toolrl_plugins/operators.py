@@ -45,6 +45,7 @@ class SubmitRayTrainingOperator(BaseOperator):
         from training.jobs.submit import (
             JobRequest,
             entrypoint,
+            open_attempt,
             runtime_env,
             submission_id,
             submit,
@@ -54,7 +55,10 @@ class SubmitRayTrainingOperator(BaseOperator):
 
         spec = load_spec(Path(self.spec_path))
         run_key = str(context["dag_run"].run_id)
-        job_id = submission_id(spec.name, run_key, self.attempt)
+        client = RayJobsHook(self.ray_conn_id).get_client()
+        # cleared after a failed job (a Ray worker lost mid-training): the next attempt
+        attempt = open_attempt(client, spec.name, run_key, self.attempt)
+        job_id = submission_id(spec.name, run_key, attempt)
         # absolute: a run's spec lives on shared storage, not in the shipped code
         spec_file = str(Path(self.spec_path).resolve())
         request = JobRequest(
@@ -64,7 +68,7 @@ class SubmitRayTrainingOperator(BaseOperator):
             {"spec_hash": spec.spec_hash()},
         )
         self.log.info("%s", request.describe())
-        result = submit(RayJobsHook(self.ray_conn_id).get_client(), request)
+        result = submit(client, request)
         self.log.info(
             "%s %s (%s)",
             "submitted" if result.created else "found existing job",
@@ -106,7 +110,8 @@ class WaitRayJobOperator(BaseOperator):
         if status != "SUCCEEDED":
             raise AirflowFailException(
                 f"Ray job {event.get('submission_id')} ended {status}. {event.get('message', '')}"
-                f" Read its logs: toolrl train logs {event.get('submission_id')}. Training"
-                " resumes from its last complete checkpoint when the DAG is re-run."
+                f" Read its logs: toolrl train logs {event.get('submission_id')}. To resume,"
+                " clear submit_training with its downstream tasks: it submits the next"
+                " attempt, which continues from the last complete checkpoint."
             )
         return str(event["submission_id"])

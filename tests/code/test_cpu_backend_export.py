@@ -39,3 +39,24 @@ def test_a_new_export_replaces_the_old_one_whole(checkpoint: Path, tmp_path: Pat
     export_model(checkpoint, target)
     assert not (target / "stale.bin").exists()
     assert not (tmp_path / ".model.tmp").exists()
+
+
+def test_the_export_is_readable_by_the_user_who_registers_it(tmp_path: Path) -> None:
+    """Checkpoint weights are written 0600; on a cluster Airflow (another uid) registers the
+    export, so the shipped files take the umask's mode, not the checkpoint's."""
+    import os
+    import stat
+
+    source = tmp_path / "actor"
+    source.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (source / name).write_bytes(b"{}")
+    (source / "model.safetensors").chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        out = export_model(source, tmp_path / "model")
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE((out / "model.safetensors").stat().st_mode)
+    assert mode & stat.S_IRGRP and mode & stat.S_IROTH, oct(mode)
+    assert (out / "config.json").read_bytes() == b"{}"

@@ -5,6 +5,7 @@ XCom carries; and the stages take and return them (plan, gate, promotion, summar
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from testkit.pipeline_specs import lenient_thresholds, published_version, tiny_spec
 from training.evaluation.report import EvalReport, EvalSource, write_report
 from training.pipeline import contracts
-from training.pipeline.config import PipelineConfig
+from training.pipeline.config import REPO_ROOT, PipelineConfig
 from training.pipeline.contracts import (
     DatasetChoice,
     Evaluation,
@@ -29,6 +30,7 @@ from training.pipeline.contracts import (
 )
 from training.pipeline.gate_stage import confirm_serving, gate_candidate, summary
 from training.pipeline.retraining_stage import StageError, plan_run, prepare_spec
+from training.spec.model import load_spec
 
 MODELS: list[type[BaseModel]] = [getattr(contracts, name) for name in contracts.__all__]
 
@@ -183,3 +185,48 @@ def test_gate_promotion_and_summary_hand_over_typed_results(
     assert confirm_serving(kept) == "no promotion: serving keeps the current champion"
     text = summary(kept, rejected, confirm_serving(kept)).summary
     assert "gate REJECT" in text and all(f"  - {r}" in text for r in rejected.reasons)
+
+
+def test_a_relative_spec_or_thresholds_path_names_a_file_shipped_with_toolrl(
+    tmp_path: Path,
+) -> None:
+    """The compose stack's config and the `toolrl_training_spec` Variable name shipped specs
+    relatively (toolrl lives in site-packages in the image): resolved against the package
+    root, in the config and in a run's params alike; absolute paths pass untouched."""
+    config = PipelineConfig(
+        training_spec="training/specs/cpu_tiny.yaml",
+        thresholds="training/specs/thresholds_demo.yaml",
+    )
+    assert config.training_spec == str(REPO_ROOT / "training" / "specs" / "cpu_tiny.yaml")
+    assert Path(config.training_spec).is_file() and Path(config.thresholds).is_file()
+    assert PipelineConfig(training_spec="/abs/spec.yaml").training_spec == "/abs/spec.yaml"
+    old = published_version(tmp_path / "data", "v1")
+    plan = plan_run(
+        PipelineConfig(data_root=str(tmp_path / "data"), workdir=str(tmp_path / "runs")),
+        RunParams(
+            spec="training/specs/cpu_tiny.yaml", thresholds="training/specs/thresholds_demo.yaml"
+        ),
+        [{"dataset_dir": str(old), "dataset_version": "v1"}],
+        "manual__shipped",
+    )
+    assert (
+        yaml.safe_load(Path(plan.spec_path).read_text())["name"]
+        == load_spec(REPO_ROOT / "training" / "specs" / "cpu_tiny.yaml").name
+    )
+    assert plan.thresholds == str(REPO_ROOT / "training" / "specs" / "thresholds_demo.yaml")
+
+
+def test_the_run_dir_is_writable_by_its_group_for_the_ray_job(tmp_path: Path) -> None:
+    """Airflow's tasks (uid 50000) write a run dir the Ray job (uid 1000) writes its
+    checkpoints into, both in group 0 on the shared volume: group-writable, setgid."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec("shared-tiny")))
+    old = published_version(tmp_path / "data", "v1")
+    config = PipelineConfig(
+        data_root=str(tmp_path / "data"), workdir=str(tmp_path / "runs"), training_spec=str(spec)
+    )
+    plan = plan_run(
+        config, RunParams(), [{"dataset_dir": str(old), "dataset_version": "v1"}], "manual__group"
+    )
+    mode = Path(plan.workdir).stat().st_mode
+    assert mode & stat.S_IWGRP and mode & stat.S_IXGRP and mode & stat.S_ISGID

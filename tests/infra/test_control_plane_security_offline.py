@@ -766,8 +766,9 @@ EXPECTED_CALLERS: dict[tuple[str, int], set[str]] = {
     ("ray-head", 6379): RAY,
     ("ray-head", 10001): RAY,
     ("ray-gpu", 10002): RAY,  # a worker's node ports (object manager, worker processes)
-    ("toolrl-mcp-mock", 8000): RAY,
-    ("toolrl-mcp-real", 8000): {"airflow-worker", "toolrl-serving"},
+    # the run's tools: rollouts on Ray, check_tools and the evaluation in Airflow's task pods
+    ("toolrl-mcp-mock", 8000): {"airflow-worker", *RAY},
+    ("toolrl-mcp-real", 8000): {"toolrl-serving"},
     ("toolrl-serving", 8000): {"ingress"},
     ("toolrl-serving", 8100): set(),  # vLLM's own port is never reachable (loopback anyway)
     ("airflow-api-server", 8080): {f"airflow-{c}" for c in AIRFLOW_COMPONENTS},

@@ -298,3 +298,22 @@ def test_scripted_eval_cli_writes_the_report_and_fails_clearly_on_bad_data(
         assert missing.exit_code == 2 and "no such file" in missing.output
         both = CliRunner().invoke(app, [*base, "--data", str(data), "--bfcl", "simple_python"])
         assert both.exit_code != 0 and "exactly one" in both.output
+
+
+def test_the_harness_sends_the_tool_servers_token(
+    data: Path, truths: dict[str, GroundTruth], tmp_path: Path
+) -> None:
+    """Deployments run the MCP servers with a bearer token. The pipeline's evaluation sent
+    none (the compose stack's would have scored every tool call as a 401); with the token
+    an oracle scores perfectly, without it the same oracle's calls are refused."""
+    from pydantic import SecretStr
+
+    with start(ServerConfig(port=0, workers=1, log_level="warning", token="s3cret")) as locked:
+        right = run(
+            oracle_script(truths), data, locked, tmp_path / "t.json", limit=12,
+            mcp_token=SecretStr("s3cret"),
+        )  # fmt: skip
+        refused = run(oracle_script(truths), data, locked, tmp_path / "n.json", limit=12)
+    assert right["overall"]["exact_call_accuracy"] == 1.0
+    assert right["overall"]["error_rate"] == 0.0
+    assert refused["overall"]["pass_rate"] < 1.0

@@ -65,10 +65,22 @@ def _starts(log: Path) -> int:
     return len(log.read_text(encoding="utf-8").splitlines()) if log.is_file() else 0
 
 
-@pytest.mark.parametrize("pack", ["time", "memory"])
+@pytest.mark.parametrize(
+    ("pack", "evaluation_on"),
+    [("time", "airflow"), ("memory", "ray")],
+    ids=["time-evaluated-in-process", "memory-evaluated-as-a-ray-job"],
+)
 def test_the_loop_runs_on_a_third_party_pack_against_its_replay(
-    pack: str, tmp_path: Path, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+    pack: str,
+    evaluation_on: str,
+    tmp_path: Path,
+    mlflow_server: str,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """The stages in DAG order on a pack. `memory` runs `evaluate` as the compose stack and
+    Kubernetes do (`evaluation_runs_on: ray`): a Ray job on a real local head serves and
+    scores the candidate, reading the run dir the stages wrote."""
     # the training run logs here, never to a server an earlier test left in the env
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     from training.cpu_backend.run import run_local
@@ -134,9 +146,20 @@ def test_the_loop_runs_on_a_third_party_pack_against_its_replay(
     assert report["tools"]["listed"] == sorted(tool["name"] for tool in served)
     assert len(served) >= 2
 
-    evaluated = evaluate_candidate_and_champion(
-        planned, result, "http://127.0.0.1:9/mcp", mlflow_server
-    )
+    if evaluation_on == "ray":
+        from training.jobs.submit import connect
+        from training.pipeline.evaluation_job import evaluate_on_ray
+
+        head = request.getfixturevalue("ray_cluster")
+        client = connect(head.address, head.token)
+        evaluated = evaluate_on_ray(
+            client, planned, result, "http://127.0.0.1:9/mcp", mlflow_server, poll_s=1.0
+        )
+        assert (Path(planned.workdir) / "eval" / "evaluation.json").is_file()
+    else:
+        evaluated = evaluate_candidate_and_champion(
+            planned, result, "http://127.0.0.1:9/mcp", mlflow_server
+        )
     candidate = load_report(Path(evaluated.candidate.path))
     assert candidate.cases_total == evaluated.candidate.cases_total == 4
     decision = gate_candidate(evaluated, result, planned.thresholds)

@@ -18,6 +18,7 @@ from training.jobs.submit import (
     SubmissionConflictError,
     connect,
     get_status,
+    open_attempt,
     runtime_env,
     submission_id,
     submit,
@@ -77,6 +78,22 @@ def test_failing_job_is_reported_failed(ray_client: Any) -> None:
     assert wait_for(ray_client, job_id, {"SUCCEEDED", "FAILED"}) == "FAILED"
 
 
+def test_a_resubmit_after_a_failed_attempt_opens_the_next_one(ray_client: Any) -> None:
+    """After the job of attempt 1 failed (a Ray worker lost mid-training), a cleared submit
+    task must start attempt 2, not be refused forever; a succeeded attempt is reused."""
+    assert open_attempt(ray_client, "lost", "dag-run-7") == 1  # nothing submitted yet
+    first = submission_id("lost", "dag-run-7", 1)
+    submit(ray_client, request(first, "raise SystemExit(1)"))
+    assert wait_for(ray_client, first, {"SUCCEEDED", "FAILED"}) == "FAILED"
+    assert open_attempt(ray_client, "lost", "dag-run-7") == 2
+    second = submission_id("lost", "dag-run-7", 2)
+    submit(ray_client, request(second, "print('resumed')"))
+    assert wait_for(ray_client, second, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    assert open_attempt(ray_client, "lost", "dag-run-7") == 2
+    with pytest.raises(SubmissionConflictError, match="attempts"):
+        open_attempt(ray_client, "lost", "dag-run-7", first=1, most=1)
+
+
 def test_unknown_job_has_no_status(ray_client: Any) -> None:
     assert get_status(ray_client, "toolrl-nothing-here-a1") is None
 
@@ -121,7 +138,7 @@ def test_git_ignored_folders_are_not_shipped(ray_client: Any, tmp_path: Path) ->
     """Ray itself honours only .gitignore; a folder ignored through .git/info/exclude (the
     demo once failed on 290 MB of them) stays home too."""
     root = git_checkout(tmp_path / "checkout")
-    built = runtime_env({}, root=root)
+    built = runtime_env({}, root=root, ship_code=True)
     assert "/bulk" in built["excludes"]
     code = (
         "import os; assert os.path.exists('keep.py'); "
@@ -133,15 +150,24 @@ def test_git_ignored_folders_are_not_shipped(ray_client: Any, tmp_path: Path) ->
 
 
 def test_outside_git_the_static_excludes_apply(tmp_path: Path) -> None:
-    built = runtime_env({}, root=tmp_path)
+    built = runtime_env({}, root=tmp_path, ship_code=True)
     assert built["working_dir"] == str(tmp_path)
     assert not [p for p in built["excludes"] if p.startswith("/")]
+
+
+def test_code_ships_from_a_checkout_and_not_from_an_installed_copy(tmp_path: Path) -> None:
+    """From the Airflow image toolrl lives in site-packages: shipping that as the job's
+    working_dir would upload every installed package (refused over the upload limit); the
+    cluster's image has the same release. A checkout (pyproject.toml at its root) ships."""
+    assert "working_dir" not in runtime_env({}, root=tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'toolrl'\n")
+    assert runtime_env({}, root=tmp_path)["working_dir"] == str(tmp_path)
 
 
 def test_a_package_over_the_upload_limit_is_a_clear_error(ray_client: Any, tmp_path: Path) -> None:
     """Over 100 MiB (random bytes do not compress) the Jobs API answers 413."""
     (tmp_path / "huge.bin").write_bytes(os.urandom(105 * 1024 * 1024))
-    built = runtime_env({}, root=tmp_path)
+    built = runtime_env({}, root=tmp_path, ship_code=True)
     job_id = submission_id("too-big", f"run-{time.time_ns()}")
     with pytest.raises(PackageTooLargeError, match="git-ignored files is over the Jobs API"):
         submit(ray_client, JobRequest(job_id, "python -c pass", built, entrypoint_num_cpus=0))

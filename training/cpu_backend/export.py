@@ -31,13 +31,18 @@ MODEL_FILES = (
 
 def export_model(source: Path, target: Path) -> Path:
     """`source` (a checkpoint's actor directory) as a model directory at `target`, written
-    beside it and renamed into place, so a crash never leaves half a model there."""
+    beside it and renamed into place, so a crash never leaves half a model there.
+
+    Files are copied without their mode: the checkpoint's weights are written 0600, and on a
+    cluster the model is registered by another user (Airflow's tasks, uid 50000, reading
+    what the Ray job, uid 1000, exported): the compose stack's `register` failed with
+    PermissionError on `model.safetensors`. The export takes the process's umask (0644)."""
     scratch = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     for name in MODEL_FILES:
         if (source / name).is_file():
-            shutil.copy2(source / name, scratch / name)
+            shutil.copyfile(source / name, scratch / name)
     shutil.rmtree(target, ignore_errors=True)
     scratch.rename(target)
     return target

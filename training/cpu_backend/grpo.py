@@ -275,6 +275,7 @@ def episode_rollouts(
     tokenizer: Any,
     mcp_url: str,
     pool: Sequence[Mapping[str, Any]] = (),
+    mcp_token: str | None = None,
 ) -> EpisodeRollouts:
     """TRL's `rollout_func` for this spec (`rollouts.py`); with `cpu.resample_rounds`,
     flat groups are replaced by groups drawn from `pool` (the train rows)."""
@@ -291,6 +292,7 @@ def episode_rollouts(
         mcp_url,
         rollout_settings(spec),
         spec.cpu.threads,
+        mcp_token=mcp_token,
         tool_timeout_s=spec.tools.timeout_s,
         resampling=resampling,
     )
@@ -303,6 +305,7 @@ def run_grpo(
     run_dir: Path,
     mcp_url: str,
     callbacks: list[Any] | None = None,
+    mcp_token: str | None = None,
 ) -> GrpoResult:
     """GRPO from `start_model` (the SFT output), resuming from `run_dir` when it holds a
     complete checkpoint; checkpoints go to `run_dir/global_step_N` (verl's layout)."""
@@ -345,7 +348,7 @@ def run_grpo(
             args=args,
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
-            rollout_func=episode_rollouts(spec, tokenizer, mcp_url, rows),
+            rollout_func=episode_rollouts(spec, tokenizer, mcp_url, rows, mcp_token),
             callbacks=[layout, drift, meter, *(callbacks or [])],
         )
     trainer.frozen_context = spec.cpu.frozen_context

@@ -59,13 +59,14 @@ def evaluate(
     settings: EpisodeSettings,
     reward_config: RewardConfig,
     threads: int,
+    mcp_token: str | None = None,
 ) -> dict[str, Any]:
     """The harness's metric block for `rows` (dataset rows), plus `by_category`, `rows`,
     `mean_reward`, `seconds`, `generated_tokens` and a few `examples`."""
     started = time.perf_counter()
     cases = [case_from_row(index, row) for index, row in enumerate(rows)]
     jobs = [EpisodeJob(case.messages, f"eval-{case.case_id}") for case in cases]
-    trajectories = run_episodes(model, renderer, mcp_url, jobs, settings, threads)
+    trajectories = run_episodes(model, renderer, mcp_url, jobs, settings, threads, mcp_token)
     block = score_block(cases, trajectories)
     solutions, scores = score_completions(
         renderer.tokenizer,

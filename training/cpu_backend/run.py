@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from serving.mcp_client.base import TOKEN_ENV
 from serving.toolcalls import using_registry
 from training.cpu_backend.budget import BudgetPlan, pinned_plan
 from training.cpu_backend.compute_dtype import DtypeChoice, pinned_choice
@@ -53,18 +55,28 @@ PLOTS = "plots"
 def tool_server(spec: TrainingSpec) -> Iterator[str]:
     """The MCP endpoint for the run: a private server in the spec's tool mode (mock, replay
     of `tools.store`, live over `tools.sources`, or real), or the spec's URL."""
-    with served_tools(spec) as (url, _usage):
+    with served_tools(spec) as (url, _token, _usage):
         yield url
 
 
 @contextmanager
-def served_tools(spec: TrainingSpec) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
-    """`tool_server`, plus what the run's tool server answered so far (mode, store digest,
-    calls per tool) for `cpu_report.json`: the record that the rollouts and quick evals
-    reached the spec's tools and nothing else (a pack run: the replay of its store, never
-    the user's server). An external server's calls are not counted here."""
+def served_tools(
+    spec: TrainingSpec,
+) -> Iterator[tuple[str, str | None, Callable[[], dict[str, Any]]]]:
+    """`tool_server`, the bearer token its clients send, and what the run's tool server
+    answered so far (mode, store digest, calls per tool) for `cpu_report.json`: the record
+    that the rollouts and quick evals reached the spec's tools and nothing else (a pack run:
+    the replay of its store, never the user's server). An external server's calls are not
+    counted here.
+
+    The token: a server started here takes TOOLRL_MCP_TOKEN from the environment when set
+    (on a Ray node of a deployment it is), so its clients must send the same one; the spec's
+    external server is the project's own, which requires that token too. Without it every
+    call of a job on the compose stack answered 401."""
+    token = os.environ.get(TOKEN_ENV) or None
     if spec.cpu.mcp == "external":
-        yield spec.tools.server_url, lambda: {"server": "external", "mode": spec.tools.mode}
+        external: dict[str, Any] = {"server": "external", "mode": spec.tools.mode}
+        yield spec.tools.server_url, token, lambda: external
         return
     from serving.mcp_server.config import ServerConfig
     from serving.mcp_server.server import start
@@ -88,7 +100,7 @@ def served_tools(spec: TrainingSpec) -> Iterator[tuple[str, Callable[[], dict[st
                 "calls": {name: int(t["calls"]) for name, t in tools.items()},
             }
 
-        yield server.url, usage
+        yield server.url, config.resolved_token(), usage
 
 
 def eval_rows(spec: TrainingSpec) -> list[dict[Any, Any]]:
@@ -107,6 +119,7 @@ def quick_eval(
     rows: list[dict[str, Any]],
     mcp_url: str,
     cache_file: Path,
+    mcp_token: str | None = None,
 ) -> dict[str, Any]:
     """The quick eval of one stage, cached in `cache_file` (a resumed run reuses it)."""
     if cache_file.is_file():
@@ -133,6 +146,7 @@ def quick_eval(
         settings,
         reward_config,
         spec.cpu.threads,
+        mcp_token,
     )
     _write_json(cache_file, payload)
     return payload
@@ -307,13 +321,13 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     with ExitStack() as stack:
         # a pack dataset's calls are judged by its tool snapshot (parser, reward, quick eval)
         stack.enter_context(using_registry(dataset_registry(train_file)))
-        url, tool_usage = stack.enter_context(served_tools(spec))
+        url, token, tool_usage = stack.enter_context(served_tools(spec))
         tracker = stack.enter_context(Tracker(spec))
-        schemas: list[ToolSchema] = list_tools(url, timeout_s=spec.tools.timeout_s)
+        schemas: list[ToolSchema] = list_tools(url, token, timeout_s=spec.tools.timeout_s)
         rows = eval_rows(spec)
 
         evals: dict[str, dict[str, Any]] = {}
-        evals["before"] = quick_eval(spec, base, rows, url, run_dir / "eval_before.json")
+        evals["before"] = quick_eval(spec, base, rows, url, run_dir / "eval_before.json", token)
         resident: dict[str, float] = {}
         peaks: dict[str, float] = {"before": release_memory(resident, "before")}
         sft_callbacks = [LogCallback(tracker, "train/sft"), ProgressCallback(run_dir, "sft")]
@@ -321,13 +335,17 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         timings["sft_s"] = sft.seconds
         peaks["sft"] = release_memory(resident, "sft")
         if sft.model_dir != base:  # no SFT ran (continuing from a champion): nothing new
-            evals["sft"] = quick_eval(spec, sft.model_dir, rows, url, run_dir / "eval_sft.json")
+            evals["sft"] = quick_eval(
+                spec, sft.model_dir, rows, url, run_dir / "eval_sft.json", token
+            )
             release_memory(resident, "eval_sft")
         grpo_callbacks = [LogCallback(tracker, "train"), ProgressCallback(run_dir, "grpo")]
-        grpo = run_grpo(spec, sft.model_dir, train_file, run_dir, url, grpo_callbacks)
+        grpo = run_grpo(spec, sft.model_dir, train_file, run_dir, url, grpo_callbacks, token)
         timings["grpo_s"] = grpo.seconds
         peaks["grpo"] = release_memory(resident, "grpo")
-        evals["grpo"] = quick_eval(spec, grpo.model_dir, rows, url, run_dir / "eval_grpo.json")
+        evals["grpo"] = quick_eval(
+            spec, grpo.model_dir, rows, url, run_dir / "eval_grpo.json", token
+        )
         timings["eval_s"] = sum(float(e.get("seconds", 0.0)) for e in evals.values())
         model_dir = export_model(grpo.model_dir, workdir / "model")
 

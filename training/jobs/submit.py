@@ -41,6 +41,7 @@ FORWARDED_ENV = (
     "AWS_DEFAULT_REGION",
     "TOOLRL_S3_BUCKET",
     "TOOLRL_MCP_URL",
+    "TOOLRL_MODEL_NAME",
     "TOOLRL_JUDGE_URL",
     "TOOLRL_JUDGE_MODEL",
 )
@@ -124,13 +125,44 @@ def submission_id(spec_name: str, run_key: str, attempt: int = 1) -> str:
     return f"toolrl-{safe}-{digest}-a{attempt}"
 
 
+def is_checkout(root: Path) -> bool:
+    """A source checkout (its pyproject.toml beside the packages), not an installed copy."""
+    return (root / "pyproject.toml").is_file()
+
+
+def open_attempt(client: Any, spec_name: str, run_key: str, first: int = 1, most: int = 20) -> int:
+    """The first attempt from `first` whose job did not end FAILED or STOPPED: a re-run of
+    the submit (a cleared Airflow task after the Ray worker died) starts the next attempt,
+    which resumes from the run's last complete checkpoint, instead of being refused with
+    `SubmissionConflictError` forever; an attempt still running or succeeded is reused."""
+    for attempt in range(first, first + most):
+        if get_status(client, submission_id(spec_name, run_key, attempt)) not in (
+            "FAILED",
+            "STOPPED",
+        ):
+            return attempt
+    raise SubmissionConflictError(
+        f"{most} attempts of {spec_name} for run {run_key} ended failed: read their logs "
+        "(toolrl train logs ID) before submitting again"
+    )
+
+
 def runtime_env(
     env: Mapping[str, str],
     extra_env: Mapping[str, str] | None = None,
-    ship_code: bool = True,
+    ship_code: bool | None = None,
     root: Path = REPO_ROOT,
 ) -> dict[str, Any]:
+    """The job's env vars (settings by name, never secrets) and, from a checkout, the code.
+
+    `ship_code` None: ship `root` when it is a checkout (a laptop, the demo, the tests: the
+    cluster runs the submitter's code). From an installed toolrl (the Airflow image, where
+    `root` is site-packages) nothing is shipped: the cluster's training image has the same
+    release, and packaging site-packages was refused by the Jobs API's upload limit."""
     from serving.settings import secret_keys
+
+    if ship_code is None:
+        ship_code = is_checkout(root)
 
     secrets = secret_keys()
     env_vars = {name: env[name] for name in FORWARDED_ENV if env.get(name)}

@@ -12,13 +12,20 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from serving.mcp_client.sources import ToolSources
 from training.data.config import ValidationConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_ENV = "TOOLRL_PIPELINE_CONFIG"
+
+
+def shipped_path(value: str) -> str:
+    """A relative spec or thresholds path names a file shipped with toolrl
+    (`training/specs/cpu_tiny.yaml`): resolved against the package root, which is the
+    checkout in development and site-packages in an image. Absolute and empty pass as is."""
+    return value if not value or Path(value).is_absolute() else str(REPO_ROOT / value)
 
 
 class AirflowServices(BaseModel):
@@ -66,7 +73,10 @@ class PipelineConfig(BaseModel):
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     training_spec: str = Field(
         default=str(REPO_ROOT / "training" / "specs" / "cpu_smollm2.yaml"),
-        description="TrainingSpec used by scheduled retraining (a DAG param overrides it).",
+        description="TrainingSpec used by scheduled retraining (a DAG param overrides it). "
+        "A relative path names a file shipped with toolrl (`training/specs/cpu_tiny.yaml`): "
+        "it resolves against the package root, so one config works in a checkout and in an "
+        "image where toolrl is installed in site-packages.",
     )
     training_backend: Literal["cpu", "verl"] = Field(
         default="cpu", description="cpu (TRL, embedded) or verl (GPU cluster)."
@@ -76,12 +86,18 @@ class PipelineConfig(BaseModel):
         description="Model server the evaluation drives on CPU: cpu (the project's engine: "
         "tool prompt cached, requests batched) or transformers (`transformers serve`).",
     )
+    evaluation_runs_on: Literal["airflow", "ray"] = Field(
+        default="airflow",
+        description="Where `evaluate` serves the candidate and the champion: in the Airflow "
+        "task itself (one machine, `make demo`), or as a Ray job on the training image "
+        "(`ray`: the compose stack and Kubernetes, whose Airflow image has no torch).",
+    )
     eval_limit: int | None = Field(
         default=None, ge=1, description="Evaluate at most this many held-out cases (all: None)."
     )
     thresholds: str = Field(
         default=str(REPO_ROOT / "training" / "evaluation" / "thresholds.yaml"),
-        description="Gate thresholds file.",
+        description="Gate thresholds file (relative: shipped with toolrl, as training_spec).",
     )
     workdir: str = Field(
         default=str(REPO_ROOT / "runs" / "pipeline"),
@@ -113,6 +129,11 @@ class PipelineConfig(BaseModel):
         description="MCP servers whose tools form the catalog (`toolrl tools list`): stdio "
         "or streamable HTTP, with optional prefixes. Default: the project's own server.",
     )
+
+    @field_validator("training_spec", "thresholds")
+    @classmethod
+    def _shipped_when_relative(cls, value: str) -> str:
+        return shipped_path(value)
 
 
 def load_pipeline_config(env: dict[str, str] | None = None) -> PipelineConfig:

@@ -9,7 +9,8 @@ it as `result.json`), re-exported here so the stages import their contracts from
 
 Dataset DAG: `GeneratedDataset` -> `ValidatedDataset` -> `PublishedDataset` (also the
 `toolrl_validated_dataset` Asset event's extra). Retraining DAG: `RunParams` (the DAG's
-params) -> `TrainingPlan` -> `SubmittedJob` -> `TrainingResult` -> `Evaluation` ->
+params) -> `TrainingPlan` -> `SubmittedJob` -> `TrainingResult` -> (`EvaluationRequest`, when the
+evaluation runs as a Ray job) -> `Evaluation` ->
 `GateVerdict` and `Registration` -> `Promotion` -> `RunSummary`.
 """
 
@@ -25,6 +26,7 @@ from training.jobs.result import TrainingResult
 __all__ = [
     "DatasetChoice",
     "Evaluation",
+    "EvaluationRequest",
     "GateVerdict",
     "GeneratedDataset",
     "Promotion",
@@ -220,6 +222,20 @@ class Evaluation(Contract):
     """The champion's report on the same data (None: no champion yet)."""
     champion_version: str | None = None
     """The champion's registry version (None: no champion yet)."""
+
+
+class EvaluationRequest(Contract):
+    """`evaluate` on a cluster: what the evaluation job needs, written into the run dir on
+    shared storage (`training/pipeline/evaluation_job.py` reads it on a Ray node)."""
+
+    plan: TrainingPlan
+    """The run's plan (test file, eval size and backend, tools)."""
+    result: TrainingResult
+    """The training job's result (the candidate's merged model)."""
+    mcp_url: str
+    """The tool server the run trained against (the `toolrl_mcp` connection)."""
+    tracking_uri: str
+    """MLflow, where the champion to compare with is resolved and downloaded."""
 
 
 class GateVerdict(Contract):

@@ -30,11 +30,17 @@ from training.pipeline.retraining_stage import (
 
 
 def evaluate_candidate_and_champion(
-    plan: TrainingPlan, result: TrainingResult, mcp_url: str, tracking_uri: str
+    plan: TrainingPlan,
+    result: TrainingResult,
+    mcp_url: str,
+    tracking_uri: str,
+    mcp_token: str | None = None,
 ) -> Evaluation:
     """Evaluate the candidate, and the current champion on the same test file (so the gate
     compares like with like), each on at most `plan.eval_limit` cases with the plan's eval
-    backend. No champion yet: only the candidate is evaluated."""
+    backend. No champion yet: only the candidate is evaluated. `mcp_token` is the tool
+    server's bearer token (the `toolrl_mcp` connection's password; a replay server the run
+    starts itself needs none)."""
     from training.registry.registry import RegistryError, download, resolve
 
     merged = result.merged_model_dir
@@ -44,8 +50,16 @@ def evaluate_candidate_and_champion(
     test_file, max_turns = _test_file_and_turns(plan)
     limit, backend = plan.eval_limit, plan.eval_backend
     with planned_tools(plan, mcp_url) as tools_url:  # replay: the plan's own store
+        token = mcp_token if tools_url == mcp_url else None  # not ours to a private replay
         candidate = evaluate_model(
-            merged, test_file, tools_url, workdir / "candidate.json", limit, backend, max_turns
+            merged,
+            test_file,
+            tools_url,
+            workdir / "candidate.json",
+            limit,
+            backend,
+            max_turns,
+            token,
         )
         attach_training_plots(Path(candidate), Path(merged).parent / "plots")
         champion_report = None
@@ -63,6 +77,7 @@ def evaluate_candidate_and_champion(
                 limit,
                 backend,
                 max_turns,
+                token,
             )
     return Evaluation(
         candidate=summarize_report(candidate),

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import subprocess
 import urllib.error
 import urllib.request
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from serving.settings import env_var
-from training.pipeline.config import REPO_ROOT, PipelineConfig
+from training.pipeline.config import REPO_ROOT, PipelineConfig, shipped_path
 from training.pipeline.contracts import (
     DatasetChoice,
     RunParams,
@@ -206,7 +207,7 @@ def prepare_spec(
 
     params = params or RunParams()
     backend = params.backend or config.training_backend
-    spec_path = params.spec or config.training_spec
+    spec_path = shipped_path(params.spec) or config.training_spec
     base = replay_for_pack(load_spec(Path(spec_path)), Path(dataset.dataset_dir))
     workdir = run_workdir(config, run_key)
     spec = base.model_copy(
@@ -241,6 +242,7 @@ def prepare_spec(
 
         warnings = plan(spec, workdir / "plan").warnings
     workdir.mkdir(parents=True, exist_ok=True)
+    share_with_group(workdir)
     run_spec = workdir / "spec.yaml"
     run_spec.write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     (workdir / "start.json").write_text(
@@ -258,11 +260,25 @@ def prepare_spec(
         tool_mode=spec.tools.mode,
         tool_store_digest=tool_lineage(spec)["tool_store_digest"],
         backend=backend,
-        thresholds=params.thresholds or config.thresholds,
+        thresholds=shipped_path(params.thresholds) or config.thresholds,
         eval_backend=config.eval_backend,
         eval_limit=params.eval_limit or config.eval_limit,
         dry_run=params.dry_run,
     )
+
+
+def share_with_group(path: Path) -> None:
+    """Make a run directory writable by its group, new entries inheriting the group.
+
+    On a cluster two identities write one run directory on shared storage: Airflow's tasks
+    (the spec, the evaluation) and the Ray job (checkpoints, `result.json`); in the compose
+    stack they are uid 50000 and uid 1000, both in group 0. Without this the job cannot
+    create its checkpoint directory in a directory Airflow made (umask 022). Left as it is
+    where this process does not own it (someone else shared it already)."""
+    try:
+        path.chmod(path.stat().st_mode | stat.S_IRWXG | stat.S_ISGID)
+    except PermissionError:
+        logger.info("%s: not ours to share with the group; left as it is", path)
 
 
 def replay_for_pack(spec: TrainingSpec, dataset_dir: Path) -> TrainingSpec:
@@ -383,9 +399,13 @@ def evaluate_model(
     limit: int | None = None,
     backend_name: str = "cpu",
     max_turns: int = 8,
+    mcp_token: str | None = None,
 ) -> str:
     """Serve `model_dir` on CPU (the project's engine server by default: the tool prompt
-    cached, requests batched) and run the eval harness against it."""
+    cached, requests batched) and run the eval harness against it. `mcp_token`: the tool
+    server's bearer token (deployments require one; without it every call answers 401)."""
+    from pydantic import SecretStr
+
     from serving.launch.commands import BackendConfig
     from serving.launch.process import ModelServer
     from serving.runtime.ports import free_port
@@ -410,6 +430,7 @@ def evaluate_model(
                 max_turns=max_turns,
                 max_tokens=256,
                 limit=limit,
+                mcp_token=SecretStr(mcp_token) if mcp_token else None,
             ),
             progress=False,
         )

@@ -139,6 +139,22 @@ class AirflowApi:
         )
         return str(response.json()["dag_run_id"])
 
+    def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """Clear `task_id` and its downstream tasks in one run, which sets the run running
+        again: Airflow's own way to re-run part of a run (the UI's "Clear" with downstream)."""
+        self._send(
+            "POST",
+            f"/api/v2/dags/{dag_id}/clearTaskInstances",
+            json={
+                "dry_run": False,
+                "dag_run_id": run_id,
+                "task_ids": [task_id],
+                "include_downstream": True,
+                "only_failed": False,
+                "reset_dag_runs": True,
+            },
+        )
+
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from training.checkpoints.layout import PROGRESS_FILE, STEP_DIR
+
 _EVAL_STAGES = {"before": "base model", "sft": "after SFT", "grpo": "after GRPO"}
 
 
