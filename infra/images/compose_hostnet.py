@@ -10,7 +10,8 @@ What changes, service by service (compose.yaml itself stays the deployable file)
   (nothing to publish); the compose service names resolve to 127.0.0.1 through `extra_hosts`,
   so the URLs in the environment (postgres:5432, mlflow:5000, ...) stay as they are;
 - ports that two services share on the host get their own: mcp-real 8100 (its published port),
-  the serving endpoint 8300, the Ray worker's agents next to the head's;
+  the serving endpoint 8300 (the `serving` and `serving-cpu` profiles alike), the Ray worker's
+  agents next to the head's;
 - postgres runs Debian's PostgreSQL 15 (toolrl/postgres:15-bookworm; compose.yaml: 17.6);
 - MinIO and its init job are replaced by `s3-emulator` (moto's server, an in-memory EMULATOR:
   a restart loses every object) and `s3-emulator-init` (creates the buckets with boto3);
@@ -43,6 +44,7 @@ S3_URL_OLD, S3_URL_NEW = "http://minio:9000", "http://s3-emulator:9000"
 # host-network ports of services that would otherwise share one
 MCP_REAL_PORT = 8100
 SERVING_PORT = 8300
+SERVING_SERVICES = frozenset({"vllm", "serving-cpu"})
 
 _BUCKETS_PY = (
     "import os, boto3; s3 = boto3.client('s3', endpoint_url='http://s3-emulator:9000', "
@@ -160,9 +162,11 @@ def hostnet(compose: dict[str, Any]) -> dict[str, Any]:
     services["ray-head"]["command"].insert(-1, "--num-cpus=0")
     services["ray-head"]["shm_size"] = "2gb"
 
-    if "vllm" in services:  # the serving profile: CPU machines have no vLLM image to run
-        services["vllm"]["command"] = _set_port(
-            _loopback_args(services["vllm"]["command"]), SERVING_PORT
+    # The serving profiles (vllm: no vLLM image on CPU machines; serving-cpu: runs here) share
+    # one host port; only one profile is brought up at a time.
+    for name in SERVING_SERVICES & set(services):
+        services[name]["command"] = _set_port(
+            _loopback_args(services[name]["command"]), SERVING_PORT
         )
 
     names = sorted(services)
@@ -196,9 +200,9 @@ def hostnet(compose: dict[str, Any]) -> dict[str, Any]:
     services["mcp-real"]["healthcheck"] = _swap(
         services["mcp-real"]["healthcheck"], "127.0.0.1:8000", f"127.0.0.1:{MCP_REAL_PORT}"
     )
-    if "vllm" in services:
-        services["vllm"]["healthcheck"] = _swap(
-            services["vllm"]["healthcheck"], "127.0.0.1:8000", f"127.0.0.1:{SERVING_PORT}"
+    for name in SERVING_SERVICES & set(services):
+        services[name]["healthcheck"] = _swap(
+            services[name]["healthcheck"], "127.0.0.1:8000", f"127.0.0.1:{SERVING_PORT}"
         )
     api = services.get("airflow-apiserver")
     if api is not None:

@@ -151,3 +151,23 @@ def test_gpu_services_reserve_nvidia_devices_offline(compose: dict[str, Any]) ->
         devices = compose["services"][name]["deploy"]["resources"]["reservations"]["devices"]
         assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices), name
     assert compose["services"]["vllm"].get("profiles") == ["serving"]
+
+
+def test_cpu_serving_profile_serves_the_champion_on_the_cpu_engine_offline(
+    compose: dict[str, Any],
+) -> None:
+    """Without a GPU, the `serving-cpu` profile serves the same endpoint: the CPU engine on the
+    CPU training image (no NVIDIA reservation), the champion alias, the front door's key."""
+    service = compose["services"]["serving-cpu"]
+    assert service.get("profiles") == ["serving-cpu"]
+    assert "deploy" not in service, "no GPU reservation on the CPU variant"
+    assert service["build"]["dockerfile"] == "infra/docker/training-cpu.Dockerfile"
+    command = service["command"]
+    assert command[:2] == ["toolrl", "serve"]
+    assert command[command.index("--backend") + 1] == "cpu"
+    assert command[command.index("--model-uri") + 1].endswith("@champion")
+    cache = command[command.index("--cache-dir") + 1]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}
+    assert any(cache.startswith(target) for target in mounts), "downloads land on a volume"
+    assert "toolrl-runs" not in mounts.values(), "serving never sees the training runs"
+    assert service["ports"] == compose["services"]["vllm"]["ports"], "the same endpoint"

@@ -20,6 +20,7 @@ from compose_spec import PyCompose
 from infra_files import DOCKER_DIR, INFRA, REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from testkit.benchmark_scripts import load_benchmark
 
 IMAGES_DIR = INFRA / "images"
 SCRIPT = IMAGES_DIR / "build-local-base.sh"
@@ -133,13 +134,35 @@ def test_hostnet_compose_has_no_gpu_and_distinct_ports_offline(hostnet: dict[str
     services = hostnet["services"]
     assert "ray-gpu-worker" not in services and "ray-cpu-worker" in services
     assert all("deploy" not in s for n, s in services.items() if n != "vllm")
-    ports: dict[str, str] = {}
-    for name, service in services.items():
-        command = [str(a) for a in service.get("command") or []]
-        for i, arg in enumerate(command):
-            port = command[i + 1] if arg in {"--port", "-p"} and i + 1 < len(command) else None
-            if arg.startswith("--port="):
-                port = arg.split("=", 1)[1]
-            if port:
-                assert port not in ports, f"{name} and {ports.get(port)} both listen on {port}"
-                ports[port] = name
+    # What runs together: the default services, plus one profile's (serving or serving-cpu:
+    # the two serving variants share the endpoint's port and are never up together).
+    profiles = {p for s in services.values() for p in s.get("profiles") or []}
+    assert {"serving", "serving-cpu"} <= profiles
+    for profile in sorted(profiles):
+        together = {
+            n: s for n, s in services.items() if profile in (s.get("profiles") or [profile])
+        }
+        ports: dict[str, str] = {}
+        for name, service in together.items():
+            command = [str(a) for a in service.get("command") or []]
+            for i, arg in enumerate(command):
+                port = command[i + 1] if arg in {"--port", "-p"} and i + 1 < len(command) else None
+                if arg.startswith("--port="):
+                    port = arg.split("=", 1)[1]
+                if port:
+                    assert port not in ports, f"{name} and {ports[port]} both listen on {port}"
+                    ports[port] = name
+
+
+def test_stack_bring_up_waits_for_the_default_profile_only_offline(
+    hostnet: dict[str, Any], tmp_path: Path
+) -> None:
+    """`stack_up.py --compose` waits for what `up` starts: a profile's service (vllm,
+    serving-cpu) never starts there, so waiting for it would time the bring-up out."""
+    import yaml
+
+    generated = tmp_path / "hostnet.yaml"
+    generated.write_text(yaml.safe_dump(hostnet), encoding="utf-8")
+    waited = set(load_benchmark("stack_up").yaml_services(generated))
+    assert {"vllm", "serving-cpu"}.isdisjoint(waited)
+    assert {"postgres", "ray-head", "ray-cpu-worker", "airflow-scheduler"} <= waited
