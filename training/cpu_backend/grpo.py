@@ -103,9 +103,19 @@ def is_flat(advantages: torch.Tensor) -> bool:
     return bool((advantages == 0).all())
 
 
-def grpo_rows(train_file: Path) -> list[dict[str, Any]]:
-    """Train rows as TRL reads them: chat prompt, ground truth, row index (for sessions)."""
-    frame = pd.read_parquet(train_file, columns=["prompt", "reward_model", "extra_info"])
+def grpo_rows(train_file: Path, categories: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Train rows as TRL reads them: chat prompt, ground truth, row index (for sessions).
+    With `categories`, only rows of those categories (`cpu.grpo_categories`): RL aimed at the
+    decisions SFT gets wrong, away from those it would unlearn."""
+    columns = ["prompt", "reward_model", "extra_info", "category"]
+    frame = pd.read_parquet(train_file, columns=columns if categories else columns[:3])
+    if categories:
+        frame = frame[frame["category"].isin(list(categories))]
+        if frame.empty:
+            raise ValueError(
+                f"{train_file} has no train row of cpu.grpo_categories {sorted(categories)}: "
+                "widen the list or regenerate the dataset with those categories"
+            )
     return [
         {
             "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt],
@@ -330,7 +340,7 @@ def run_grpo(
     if resume is not None and resume >= planned:
         return GrpoResult(actor_path(run_dir, resume), resume, planned, 0, 0.0, 0, False, resume)
     args = GRPOConfig(**grpo_arguments(spec, run_dir / ".trainer"))
-    rows = grpo_rows(train_file)
+    rows = grpo_rows(train_file, spec.cpu.grpo_categories)
     layout = LayoutCallback(
         run_dir,
         spec.checkpoint.keep,

@@ -222,6 +222,12 @@ class CpuSection(_Section):
         "fit, from the measured step cost of the CPU's compute dtype, and the plan is pinned "
         "in the run directory (cpu_backend/budget.py). None: run the steps as written.",
     )
+    grpo_categories: list[Category] = Field(
+        default_factory=list,
+        description="GRPO prompts only from train rows of these categories (empty: all). "
+        "RL aimed at what SFT gets wrong, e.g. [single, clarification, irrelevance] for a "
+        "model that over-calls, without pulling on the multi-step rows it would unlearn.",
+    )
     resample_rounds: int = Field(
         default=0,
         ge=0,
