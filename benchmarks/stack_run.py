@@ -109,7 +109,7 @@ def main() -> int:
         serving = stack_loop.serve_and_ask(args.env_file)
         stack_loop.save("serving", serving)
         print(json.dumps(serving, indent=2))
-        ok = serving.get("time_to_healthy_s_from_up") is not None
+        ok = serving.get("time_to_healthy_s") is not None
         return 0 if ok else 1
     finally:
         print(f"stack run: {time.monotonic() - t0:.0f} s; figures in {stack_up.RESULTS}")
