@@ -77,7 +77,13 @@ def resolve(tracking_uri: str, model_uri: str) -> VersionInfo:
             return version_info(client.get_model_version_by_alias(check_name(name), alias))
         return version_info(client.get_model_version(check_name(name), number))
     except MlflowException as exc:
-        raise RegistryError(f"{model_uri}: {exc.message}") from exc
+        hint = (
+            f" No version of {name} carries @{alias} yet (the gate moves it on a promotion): "
+            f"serve a registered version with --model-uri models:/{name}/N, or wait for one."
+            if alias and exc.error_code in ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST")
+            else ""
+        )
+        raise RegistryError(f"{model_uri}: {exc.message}{hint}") from exc
 
 
 def download(tracking_uri: str, info: VersionInfo, dst: Path) -> Path:

@@ -131,8 +131,9 @@ def test_bad_model_uris_are_clear_errors(mlflow_server: str, uri: str) -> None:
 
 
 def test_unknown_alias_and_bad_inputs_are_clear_errors(mlflow_server: str, tmp_path: Path) -> None:
-    with pytest.raises(RegistryError, match="models:/nobody@champion"):
+    with pytest.raises(RegistryError, match="models:/nobody@champion") as missing:
         resolve(mlflow_server, "models:/nobody@champion")
+    assert "--model-uri models:/nobody/N" in str(missing.value), "says what to do instead"
     with pytest.raises(RegistryError, match=r"no config\.json"):
         register_candidate(mlflow_server, "m", tmp_path, lineage("dag-x"))
     with pytest.raises(RegistryError, match="unsupported model name"):
