@@ -20,6 +20,7 @@ from compose_spec import PyCompose
 from infra_files import DOCKER_DIR, INFRA, REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
 from testkit.benchmark_scripts import load_benchmark
 
 IMAGES_DIR = INFRA / "images"
