@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))  # benchmark scripts are files, not a package
 
-from stack_up import compose_cmd  # noqa: E402
+from stack_up import compose_cmd, save  # noqa: E402
 
 from training.ops.airflow.rest import AirflowApi, AirflowApiError  # noqa: E402
 
@@ -434,12 +434,6 @@ def serve_and_ask(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
         }
     )
     return result
-
-
-def save(key: str, value: dict[str, Any]) -> None:
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[key] = value
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def main() -> int:

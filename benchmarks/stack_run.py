@@ -59,12 +59,7 @@ def build() -> int:
     """build-local-base.sh, its timings and the image sizes merged into stack.json."""
     env = {**os.environ, "TIMINGS_FILE": str(TIMINGS)}
     rc = subprocess.run([str(REPO / "infra/images/build-local-base.sh")], env=env).returncode
-    data = json.loads(stack_up.RESULTS.read_text()) if stack_up.RESULTS.exists() else {}
-    figures = stack_up.record_build(TIMINGS)
-    previous = {s["step"]: s for s in data.get("build", {}).get("steps", [])}
-    previous.update({s["step"]: s for s in figures["steps"]})
-    figures["steps"] = list(previous.values())
-    stack_loop.save("build", figures)
+    stack_up.save("build", stack_up.merged_build(TIMINGS))
     return rc
 
 
@@ -89,7 +84,7 @@ def main() -> int:
     ok = False
     try:
         up = stack_up.compose_up(args.env_file)
-        stack_loop.save("compose_up", {"measured_at_utc": _now(), **up})
+        stack_up.save("compose_up", {"measured_at_utc": stack_up.now_utc(), **up})
         if up["not_done"]:
             print(f"not healthy: {', '.join(up['not_done'])}; the stack is left up to inspect")
             args.keep = True
@@ -100,14 +95,14 @@ def main() -> int:
             scheduler_fault=not args.no_faults,
             timeout_min=args.timeout_min,
         )
-        stack_loop.save("loop", loop)
+        stack_up.save("loop", loop)
         print(json.dumps(loop, indent=2))
         if not all(r["state"] == "success" for r in loop["runs"]):
             print("a DAG run did not succeed: the stack is left up to inspect (Airflow UI :8080)")
             args.keep = True
             return 1
         serving = stack_loop.serve_and_ask(args.env_file)
-        stack_loop.save("serving", serving)
+        stack_up.save("serving", serving)
         print(json.dumps(serving, indent=2))
         ok = serving.get("time_to_healthy_s") is not None
         return 0 if ok else 1
@@ -117,10 +112,6 @@ def main() -> int:
             print("stack left running; take it down with: " + " ".join([*dc, "down", "-v"]))
         else:
             subprocess.run([*dc, "--profile", "serving-cpu", "down", "-v"], check=False)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 if __name__ == "__main__":

@@ -469,6 +469,28 @@ def write_env(out: Path, overrides: list[str]) -> Path:
     return out
 
 
+def now_utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def save(key: str, value: dict[str, Any]) -> None:
+    """Put `value` under `key` in stack.json; every other key stays as it was."""
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data[key] = value
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def merged_build(timings: Path) -> dict[str, Any]:
+    """record_build(timings), keeping the recorded steps this build did not run."""
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    build = record_build(timings)
+    previous = {s["step"]: s for s in data.get("build", {}).get("steps", [])}
+    previous.update({s["step"]: s for s in build["steps"]})
+    build["steps"] = list(previous.values())
+    return build
+
+
 def yaml_services(path: Path) -> list[str]:
     """The services `up` starts: those of the default profile (none of `profiles:`)."""
     import yaml
@@ -512,23 +534,12 @@ def main() -> int:
         return 0
     if ns.compose:
         result = compose_up(ns.compose)
-        data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        data["compose_up"] = {
-            "measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            **result,
-        }
-        RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+        save("compose_up", {"measured_at_utc": now_utc(), **result})
         print(json.dumps({k: v for k, v in result.items() if k != "services"}, indent=2))
         return 0 if not result["not_done"] else 1
     if ns.record_build:
-        data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        build = record_build(ns.record_build)
-        previous = {s["step"]: s for s in data.get("build", {}).get("steps", [])}
-        previous.update({s["step"]: s for s in build["steps"]})
-        build["steps"] = list(previous.values())
-        data["build"] = build
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+        build = merged_build(ns.record_build)
+        save("build", build)
         print(json.dumps(build, indent=2))
         return 0
     if ns.down:
@@ -540,10 +551,7 @@ def main() -> int:
     finally:
         if not ns.keep:
             down()
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data["up"] = {"measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **result}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    save("up", {"measured_at_utc": now_utc(), **result})
     print(json.dumps(result, indent=2))
     return 0 if all(s.get("healthy", True) for s in result["services"].values()) else 1
 

@@ -1,7 +1,7 @@
 """`cpu.grpo_categories`: GRPO draws its prompts only from the categories named, so RL can aim
 at what the SFT model gets wrong (the SFT-40 model over-called on 23 of 67 single rows and
-on 20 of 21 clarification rows) without pulling on rows it would unlearn (multi-step fell
-38% -> 0% exact after 16 GRPO steps over every category)."""
+on 20 of 21 clarification rows). Measured: that fixed single rows, and multi-step rows still
+collapsed, as after 16 steps over every category (docs/parts/cpu_backend.md)."""
 
 from __future__ import annotations
 

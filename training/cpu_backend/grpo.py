@@ -106,7 +106,7 @@ def is_flat(advantages: torch.Tensor) -> bool:
 def grpo_rows(train_file: Path, categories: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Train rows as TRL reads them: chat prompt, ground truth, row index (for sessions).
     With `categories`, only rows of those categories (`cpu.grpo_categories`): RL aimed at the
-    decisions SFT gets wrong, away from those it would unlearn."""
+    decisions SFT gets wrong."""
     columns = ["prompt", "reward_model", "extra_info", "category"]
     frame = pd.read_parquet(train_file, columns=columns if categories else columns[:3])
     if categories:
