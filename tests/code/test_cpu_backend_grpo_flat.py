@@ -19,7 +19,7 @@ def test_a_batch_is_flat_only_when_every_advantage_is_zero() -> None:
 
 def test_a_flat_batch_gives_no_parameter_a_gradient_and_is_counted() -> None:
     model = torch.nn.Linear(4, 4)
-    trainer = SimpleNamespace(flat_batches=0)
+    trainer = SimpleNamespace(flat_batches=0, sft_replay=None)
     loss = SharedPrefixGRPOTrainer._compute_loss(  # type: ignore[arg-type]
         trainer, model, {"advantages": torch.zeros(8)}
     )

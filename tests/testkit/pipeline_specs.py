@@ -21,6 +21,7 @@ _TINY_SPEC: dict[str, Any] = {
         "sft_batch_size": 2,
         "sft_save_freq": 4,
         "grpo_steps": 2,
+        "grpo_sft_replay_coef": 0.5,  # the replay path runs in every end-to-end training
         "prompts_per_step": 2,
         "max_completion_length": 32,
         "max_truncated_fraction": 1.0,  # tiny-model plumbing test: cut rollouts on purpose

@@ -35,6 +35,7 @@ from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer
 from training.cpu_backend.packed_loss import frozen_context_completion_logps
 from training.cpu_backend.precision import PrecisionMixin
 from training.cpu_backend.prefix import completion_logps
+from training.cpu_backend.replay import SftReplay
 from training.cpu_backend.reward import ProjectReward, score_completions
 from training.cpu_backend.rollouts import EpisodeRollouts, Resampling
 from training.spec.model import TrainingSpec
@@ -149,6 +150,8 @@ class GrpoResult:
     sampling): TRL's `frac_reward_zero_std`."""
     resampling: list[dict[str, float]] = field(default_factory=list)
     """Per step with dynamic sampling: flat groups drawn and kept, extra rollouts."""
+    sft_replay_losses: list[float] = field(default_factory=list)
+    """Per step with `cpu.grpo_sft_replay_coef`: the replay term added to the loss."""
 
     @property
     def steps_per_s(self) -> float:
@@ -172,6 +175,8 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
     toolrl_batch_rows: list[dict[str, Any]] = []  # noqa: RUF012 (replaced per batch)
     flat_batches = 0
     """Optimizer steps skipped because every group's rollouts scored alike (no signal)."""
+    sft_replay: SftReplay | None = None
+    """`cpu.grpo_sft_replay_coef`: the SFT loss on the SFT start's examples, each step."""
     _tool_mask: Any = None
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
@@ -179,16 +184,27 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
             # Every group scored alike: the policy gradient is zero. A backward pass would
             # leave only the KL term, and AdamW (momentum, per-weight normalisation) would
             # turn that into a full-size step along the *previous* batch's direction. So no
-            # signal, no update: no parameter gets a gradient and the optimizer skips them.
+            # signal, no update from RL: no parameter gets a gradient and the optimizer
+            # skips them (the SFT replay, a signal of its own, still applies).
             self.flat_batches += 1
-            return torch.zeros((), requires_grad=True)
+            if self.sft_replay is None:
+                return torch.zeros((), requires_grad=True)
+            return self._replay_loss(model)
         # TRL masks tool tokens out of the loss after computing their log-probabilities;
         # the frozen-context path needs the mask earlier, to skip them altogether
         self._tool_mask = inputs.get("tool_mask")
         try:
-            return super()._compute_loss(model, inputs)  # type: ignore[no-untyped-call]
+            loss = super()._compute_loss(model, inputs)  # type: ignore[no-untyped-call]
         finally:
             self._tool_mask = None
+        return loss if self.sft_replay is None else loss + self._replay_loss(model)
+
+    def _replay_loss(self, model: Any) -> torch.Tensor:
+        """This step's SFT replay term (`replay.py`), logged as `sft_replay_loss`."""
+        assert self.sft_replay is not None
+        loss = self.sft_replay.loss(model, self.state.global_step)
+        self._metrics["train"]["sft_replay_loss"].append(float(loss.detach()))
+        return loss
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
         # the rollout function gets only the prompts; the rows (index for the tool session)
@@ -316,9 +332,11 @@ def run_grpo(
     mcp_url: str,
     callbacks: list[Any] | None = None,
     mcp_token: str | None = None,
+    replay: SftReplay | None = None,
 ) -> GrpoResult:
     """GRPO from `start_model` (the SFT output), resuming from `run_dir` when it holds a
-    complete checkpoint; checkpoints go to `run_dir/global_step_N` (verl's layout)."""
+    complete checkpoint; checkpoints go to `run_dir/global_step_N` (verl's layout). With
+    `replay` (`replay.sft_replay`), each step adds the SFT loss on one of its batches."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl.trainer.grpo_config import GRPOConfig
@@ -362,6 +380,7 @@ def run_grpo(
             callbacks=[layout, drift, meter, *(callbacks or [])],
         )
     trainer.frozen_context = spec.cpu.frozen_context
+    trainer.sft_replay = replay
     trainer.toolrl_dtype = spec.cpu.dtype
     # GRPO's small steps are below bf16's resolution: round stochastically (precision.py)
     trainer.toolrl_stochastic_rounding = True
@@ -391,4 +410,5 @@ def run_grpo(
             for e in logged
             if any(k.startswith(prefix) for k in e)
         ],
+        sft_replay_losses=[float(e["sft_replay_loss"]) for e in logged if "sft_replay_loss" in e],
     )

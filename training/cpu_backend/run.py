@@ -34,6 +34,7 @@ from training.cpu_backend.grpo import ROLLOUTS_FILE, GrpoResult, run_grpo
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.quick_eval import evaluate
+from training.cpu_backend.replay import sft_replay
 from training.cpu_backend.rollout_budget import RolloutBudget, check_budget, measure_budget
 from training.cpu_backend.sft import SftResult, ToolSchema, run_sft
 from training.cpu_backend.tracking import LogCallback, ProgressCallback, Tracker
@@ -297,6 +298,7 @@ def _grpo_report(grpo: GrpoResult, budget: RolloutBudget, run_dir: Path) -> dict
         "reward_stds": grpo.reward_stds,
         "zero_std_fractions": grpo.zero_std_fractions,
         "resampling": grpo.resampling,
+        "sft_replay_losses": grpo.sft_replay_losses,
         "malformed_history": grpo.malformed_history,
         "rollouts": str(run_dir / ROLLOUTS_FILE),
     }
@@ -340,7 +342,10 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             )
             release_memory(resident, "eval_sft")
         grpo_callbacks = [LogCallback(tracker, "train"), ProgressCallback(run_dir, "grpo")]
-        grpo = run_grpo(spec, sft.model_dir, train_file, run_dir, url, grpo_callbacks, token)
+        replay = sft_replay(spec, train_file, sft.model_dir, schemas)
+        grpo = run_grpo(
+            spec, sft.model_dir, train_file, run_dir, url, grpo_callbacks, token, replay
+        )
         timings["grpo_s"] = grpo.seconds
         peaks["grpo"] = release_memory(resident, "grpo")
         evals["grpo"] = quick_eval(

@@ -180,6 +180,33 @@ def call_close_token(tokenizer: Any) -> int:
     return int(ids[0])
 
 
+def call_boundary(spec: TrainingSpec, tokenizer: Any) -> CallBoundary | None:
+    """The spec's `cpu.sft_call_boundary_weight` on this tokenizer's `</tool_call>` (None
+    when the weight is 1: every token counts alike)."""
+    weight = spec.cpu.sft_call_boundary_weight
+    return CallBoundary(call_close_token(tokenizer), weight) if weight != 1.0 else None
+
+
+def sft_examples(
+    spec: TrainingSpec, train_file: Path, tokenizer: Any, schemas: list[ToolSchema], steps: int
+) -> tuple[list[dict[str, list[int]]], int]:
+    """The tokenized examples of `steps` SFT steps, in training order, and how many rows
+    were dropped as too long: what `run_sft` trains on, and what GRPO's SFT replay
+    (`replay.py`) reads again, row for row, for the same spec and data."""
+    cpu = spec.cpu
+    weights = {str(category): weight for category, weight in cpu.sft_category_weights.items()}
+    trajectories = sft_rows(
+        pd.read_parquet(train_file), steps, cpu.sft_batch_size, cpu.seed, weights
+    )
+    return tokenize_rows(
+        cpu_renderer(tokenizer, spec.model.enable_thinking),
+        trajectories,
+        schemas,
+        cpu.sft_max_length,
+        short_rows=min(cpu.sft_short_steps, steps) * cpu.sft_batch_size,
+    )
+
+
 class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
     """TRL's SFT trainer with the loss computed by `prefix.causal_lm_loss` (same loss, the
     tool prompt run once per batch) or, with `frozen_context`, by
@@ -289,17 +316,8 @@ def run_sft(
     if (final / "COMPLETE").is_file():
         return SftResult(final, cpu.sft_steps, 0.0, 0, 0, None, None, cpu.sft_steps)
     sft_dir.mkdir(parents=True, exist_ok=True)
-    frame = pd.read_parquet(train_file)
     tokenizer = AutoTokenizer.from_pretrained(str(base_model))
-    weights = {str(category): weight for category, weight in cpu.sft_category_weights.items()}
-    trajectories = sft_rows(frame, cpu.sft_steps, cpu.sft_batch_size, cpu.seed, weights)
-    rows, dropped = tokenize_rows(
-        cpu_renderer(tokenizer, spec.model.enable_thinking),
-        trajectories,
-        schemas,
-        cpu.sft_max_length,
-        short_rows=min(cpu.sft_short_steps, cpu.sft_steps) * cpu.sft_batch_size,
-    )
+    rows, dropped = sft_examples(spec, train_file, tokenizer, schemas, cpu.sft_steps)
     if not rows:
         raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
     model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=torch_dtype(cpu.dtype))
@@ -316,10 +334,7 @@ def run_sft(
     )
     trainer.frozen_context = cpu.frozen_context
     trainer.question_gradient = cpu.sft_question_gradient
-    if cpu.sft_call_boundary_weight != 1.0:
-        trainer.call_boundary = CallBoundary(
-            call_close_token(tokenizer), cpu.sft_call_boundary_weight
-        )
+    trainer.call_boundary = call_boundary(spec, tokenizer)
     trainer.toolrl_dtype = cpu.dtype
     resume = latest_complete_step(sft_dir)
     start = time.perf_counter()

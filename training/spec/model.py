@@ -229,6 +229,15 @@ class CpuSection(_Section):
         "model that over-calls. Measured on SmolLM2-135M: it fixed the over-calling and "
         "multi-step calls still collapsed (docs/parts/cpu_backend.md).",
     )
+    grpo_sft_replay_coef: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description="Each GRPO step also takes the SFT loss on one batch of the SFT start's "
+        "own examples (replayed in the order SFT saw them), times this (InstructGPT's "
+        "PPO-ptx): behaviour the step's prompts do not ask for, such as a multi-step "
+        "chain's second call, is held where SFT left it. 0: off.",
+    )
     resample_rounds: int = Field(
         default=0,
         ge=0,

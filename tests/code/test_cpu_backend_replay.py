@@ -1,0 +1,156 @@
+"""GRPO's SFT replay (`cpu.grpo_sft_replay_coef`, `training/cpu_backend/replay.py`): the
+replayed batches are the SFT start's own examples in SFT's order, the term is the SFT loss
+times the coefficient with a gradient, and a GRPO step adds it (a flat step too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from serving.tools import get_catalog
+from training.cpu_backend.grpo import SharedPrefixGRPOTrainer
+from training.cpu_backend.packed_loss import frozen_context_sft_loss
+from training.cpu_backend.replay import SftReplay, collate, sft_replay
+from training.cpu_backend.sft import sft_examples
+from training.data.packs.generate import generate_builtin_dataset
+from training.spec.model import CpuSection, TrainingSpec
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data")
+    generate_builtin_dataset(out, n=200, seed=0, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from training.model.tiny import TinyModelConfig, build_tiny_model
+
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny"), TinyModelConfig(hidden_size=64, num_layers=2)
+    )
+
+
+def spec(**cpu: Any) -> TrainingSpec:
+    return TrainingSpec.model_validate(
+        {
+            "name": "replay",
+            "model": {"path": "tiny://hermes", "call_format": "hermes"},
+            "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
+            "rollout": {"n": 2},
+            "batch": {"ppo_mini_batch_size": 2},
+            "checkpoint": {"run_dir": "ckpt"},
+            "cpu": {"sft_steps": 3, "sft_batch_size": 4, "grpo_steps": 2, **cpu},
+        }
+    )
+
+
+def schemas() -> list[dict[str, Any]]:
+    return list(get_catalog().openai_schemas())
+
+
+def test_collate_pads_right_and_keeps_padding_out_of_the_loss() -> None:
+    batch = collate(
+        [{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [8], "labels": [8]}],
+        pad_id=0,
+    )
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 6, 7], [8, -100, -100]]
+
+
+def test_the_coefficient_is_off_by_default_and_bounded() -> None:
+    assert CpuSection().grpo_sft_replay_coef == 0.0
+    assert CpuSection(grpo_sft_replay_coef=0.5).grpo_sft_replay_coef == 0.5
+    for bad in (-0.1, 11, float("nan"), "strong"):
+        with pytest.raises(ValidationError):
+            CpuSection(grpo_sft_replay_coef=bad)
+
+
+def test_off_means_no_replay_at_all(data: Path, tiny: Path) -> None:
+    assert sft_replay(spec(), data / "train.parquet", tiny, schemas()) is None
+
+
+def test_replayed_batches_are_the_sft_examples_in_sft_order(data: Path, tiny: Path) -> None:
+    from transformers import AutoTokenizer
+
+    run = spec(grpo_sft_replay_coef=0.5)
+    replay = sft_replay(run, data / "train.parquet", tiny, schemas())
+    assert replay is not None and replay.coef == 0.5
+    examples, dropped = sft_examples(
+        run, data / "train.parquet", AutoTokenizer.from_pretrained(str(tiny)), schemas(), 3
+    )
+    assert dropped == 0 and len(replay.batches) == 3
+    assert [e for batch in replay.batches for e in batch] == examples
+    # each batch is one SFT step's rows: they share the system prompt (the prefix path)
+    for batch in replay.batches:
+        assert len(batch) == 4
+        heads = {tuple(e["input_ids"][:20]) for e in batch}
+        assert len(heads) == 1
+    # step k replays SFT batch k, cycling, so a resumed run takes the same one
+    assert torch.equal(replay.batch(1)["input_ids"], replay.batch(4)["input_ids"])
+    assert not torch.equal(replay.batch(0)["input_ids"], replay.batch(1)["input_ids"])
+
+
+def test_the_term_is_coef_times_the_sft_loss_with_a_gradient(data: Path, tiny: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny))
+    replay = sft_replay(spec(grpo_sft_replay_coef=2.0), data / "train.parquet", tiny, schemas())
+    assert replay is not None
+    inputs = replay.batch(0)
+    expected = frozen_context_sft_loss(
+        model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
+    )
+    loss = replay.loss(model, 0)
+    assert torch.isclose(loss, 2.0 * expected)
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_a_flat_grpo_step_still_takes_the_replay_and_logs_it(data: Path, tiny: Path) -> None:
+    """All groups alike: no RL signal, but the replay is a signal of its own."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny))
+    replay = sft_replay(spec(grpo_sft_replay_coef=1.0), data / "train.parquet", tiny, schemas())
+    metrics: dict[str, dict[str, list[float]]] = {"train": {"sft_replay_loss": []}}
+    trainer = SimpleNamespace(
+        flat_batches=0,
+        sft_replay=replay,
+        state=SimpleNamespace(global_step=0),
+        _metrics=metrics,
+    )
+    trainer._replay_loss = lambda m: SharedPrefixGRPOTrainer._replay_loss(
+        trainer,  # type: ignore[arg-type]
+        m,
+    )
+    loss = SharedPrefixGRPOTrainer._compute_loss(
+        trainer,  # type: ignore[arg-type]
+        model,
+        {"advantages": torch.zeros(4)},
+    )
+    loss.backward()
+    value = float(loss.detach())
+    assert trainer.flat_batches == 1 and value > 0
+    assert metrics["train"]["sft_replay_loss"] == [pytest.approx(value)]
+    assert any(p.grad is not None for p in model.parameters())
+
+
+def test_rows_all_too_long_are_a_clear_error(data: Path, tiny: Path) -> None:
+    run = spec(grpo_sft_replay_coef=1.0, sft_max_length=256)
+    with pytest.raises(ValueError, match=r"longer than cpu\.sft_max_length=256"):
+        sft_replay(run, data / "train.parquet", tiny, schemas())
+
+
+def test_an_empty_replay_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one non-empty batch"):
+        SftReplay((), 1.0, 0)
+    with pytest.raises(ValueError, match="at least one non-empty batch"):
+        SftReplay(((),), 1.0, 0)
