@@ -4,6 +4,7 @@ times the coefficient with a gradient, and a GRPO step adds it (a flat step too)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -46,7 +47,13 @@ def spec(**cpu: Any) -> TrainingSpec:
             "rollout": {"n": 2},
             "batch": {"ppo_mini_batch_size": 2},
             "checkpoint": {"run_dir": "ckpt"},
-            "cpu": {"sft_steps": 3, "sft_batch_size": 4, "grpo_steps": 2, **cpu},
+            "cpu": {
+                "sft_steps": 3,
+                "sft_batch_size": 4,
+                "grpo_steps": 2,
+                "frozen_context": True,
+                **cpu,
+            },
         }
     )
 
@@ -154,3 +161,54 @@ def test_an_empty_replay_is_refused() -> None:
         SftReplay((), 1.0, 0)
     with pytest.raises(ValueError, match="at least one non-empty batch"):
         SftReplay(((),), 1.0, 0)
+
+
+def test_turn_start_weight_falls_on_each_assistant_turns_first_token() -> None:
+    """The labelled runs of a row are its assistant turns: the first position of each run is
+    where the turn chose to call or to answer, and only those positions are weighted."""
+    from training.cpu_backend.packed_loss import TrainedPositions, turn_start_weights
+
+    trained = TrainedPositions(
+        [list(range(20)), list(range(12))],
+        [torch.tensor([3, 4, 5, 9, 10, 15]), torch.tensor([7, 8])],
+    )
+    weights = turn_start_weights(trained, 15.0)
+    assert weights.tolist() == [15.0, 1.0, 1.0, 15.0, 1.0, 15.0, 15.0, 1.0]
+
+
+def test_turn_start_weight_scales_only_those_tokens_in_the_loss(data: Path, tiny: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from training.cpu_backend.packed_loss import sft_positions, turn_start_weights
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny))
+    plain = sft_replay(spec(grpo_sft_replay_coef=1.0), data / "train.parquet", tiny, schemas())
+    weighted = sft_replay(
+        spec(grpo_sft_replay_coef=1.0, grpo_sft_replay_turn_weight=15),
+        data / "train.parquet",
+        tiny,
+        schemas(),
+    )
+    assert plain is not None and weighted is not None and weighted.turn_start_weight == 15
+    inputs = plain.batch(0)
+    trained = sft_positions(inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
+    starts = int((turn_start_weights(trained, 2.0) == 2.0).sum())
+    count = sum(int(p.numel()) for p in trained.positions)
+    assert 0 < starts < count
+    with torch.no_grad():
+        base = float(plain.loss(model, 0))
+        double = float(replace(plain, turn_start_weight=2.0).loss(model, 0))
+        heavier = float(weighted.loss(model, 0))
+    # weight w adds (w - 1) more copies of the turn starts' loss and nothing else
+    starts_loss = double - base
+    assert starts_loss > 0
+    assert heavier == pytest.approx(base + 14 * starts_loss, rel=1e-4)
+
+
+def test_turn_start_weight_is_bounded_and_needs_the_frozen_context() -> None:
+    assert CpuSection().grpo_sft_replay_turn_weight == 1.0
+    for bad in (0.5, 0, 51, "heavy"):
+        with pytest.raises(ValidationError):
+            CpuSection(grpo_sft_replay_turn_weight=bad)
+    with pytest.raises(ValidationError, match="frozen-context SFT loss only"):
+        CpuSection(frozen_context=False, grpo_sft_replay_turn_weight=5)

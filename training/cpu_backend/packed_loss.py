@@ -256,6 +256,21 @@ def boundary_weights(trained: TrainedPositions, boundary: CallBoundary) -> torch
     return torch.cat(weights).to(torch.float32) if weights else torch.zeros(0)
 
 
+def turn_start_weights(trained: TrainedPositions, weight: float) -> torch.Tensor:
+    """Per trained position (the order `trained_hidden` returns them): `weight` where a run
+    of labelled tokens begins, the first token of an assistant turn, else 1.
+
+    That token is where a turn decides between calling a tool and answering: after a tool
+    result, whether a chain goes on. One token of a turn's ~30, so a mean loss barely holds
+    it, and GRPO, which moves whole sequences, moves it first (`replay.py`)."""
+    weights = []
+    for positions in trained.positions:
+        starts = torch.ones(positions.numel(), dtype=torch.bool)
+        starts[1:] = positions[1:] - positions[:-1] != 1
+        weights.append(torch.where(starts, weight, 1.0))
+    return torch.cat(weights).to(torch.float32) if weights else torch.zeros(0)
+
+
 def frozen_context_sft_loss(
     model: Any,
     input_ids: torch.Tensor,
@@ -264,11 +279,13 @@ def frozen_context_sft_loss(
     num_items: int | torch.Tensor | None = None,
     question_gradient: bool = False,
     boundary: CallBoundary | None = None,
+    turn_start_weight: float = 1.0,
 ) -> torch.Tensor:
     """Sum of next-token cross-entropy over labelled tokens / `num_items` (default: their
     count), with the context frozen (module docstring), the question too unless
     `question_gradient`. With `boundary`, the token after each call's closing tag counts
-    `boundary.weight` times (the denominator stays the token count, so the other tokens'
+    `boundary.weight` times, and each assistant turn's first token `turn_start_weight` times
+    (`turn_start_weights`; the denominator stays the token count, so the other tokens'
     gradients are what they were)."""
     trained = sft_positions(input_ids, attention_mask, labels, question_gradient)
     count = sum(int(p.numel()) for p in trained.positions)
@@ -280,6 +297,8 @@ def frozen_context_sft_loss(
     logps, _ = chunked_token_logps(model.get_output_embeddings(), hidden, targets)
     if boundary is not None and boundary.weight != 1.0:
         logps = logps * boundary_weights(trained, boundary)
+    if turn_start_weight != 1.0:
+        logps = logps * turn_start_weights(trained, turn_start_weight)
     return -logps.sum() / denominator
 
 

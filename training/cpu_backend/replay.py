@@ -53,6 +53,8 @@ class SftReplay:
     frozen_context: bool = True
     question_gradient: bool = False
     boundary: CallBoundary | None = None
+    turn_start_weight: float = 1.0
+    """How much each assistant turn's first token (call or answer?) counts in the replay."""
 
     def __post_init__(self) -> None:
         if not self.batches or not all(self.batches):
@@ -68,7 +70,10 @@ class SftReplay:
         args = (model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"])
         if self.frozen_context:
             loss = frozen_context_sft_loss(
-                *args, question_gradient=self.question_gradient, boundary=self.boundary
+                *args,
+                question_gradient=self.question_gradient,
+                boundary=self.boundary,
+                turn_start_weight=self.turn_start_weight,
             )
         else:
             loss = causal_lm_loss(*args)
@@ -104,4 +109,5 @@ def sft_replay(
         cpu.frozen_context,
         cpu.sft_question_gradient,
         call_boundary(spec, tokenizer),
+        cpu.grpo_sft_replay_turn_weight,
     )

@@ -238,6 +238,14 @@ class CpuSection(_Section):
         "PPO-ptx): behaviour the step's prompts do not ask for, such as a multi-step "
         "chain's second call, is held where SFT left it. 0: off.",
     )
+    grpo_sft_replay_turn_weight: float = Field(
+        default=1.0,
+        ge=1,
+        le=50,
+        description="In the SFT replay, each assistant turn's first token (call a tool or "
+        "answer; after a tool result, go on with a chain or stop) counts this many times: "
+        "the one decision GRPO moved for every category at once (replay.py).",
+    )
     resample_rounds: int = Field(
         default=0,
         ge=0,
@@ -336,6 +344,11 @@ class CpuSection(_Section):
         if self.sft_call_boundary_weight != 1.0 and not self.frozen_context:
             raise ValueError(
                 "cpu.sft_call_boundary_weight applies to the frozen-context SFT loss only: "
+                "set cpu.frozen_context: true, or leave the weight at 1.0"
+            )
+        if self.grpo_sft_replay_turn_weight != 1.0 and not self.frozen_context:
+            raise ValueError(
+                "cpu.grpo_sft_replay_turn_weight applies to the frozen-context SFT loss only: "
                 "set cpu.frozen_context: true, or leave the weight at 1.0"
             )
         return self
