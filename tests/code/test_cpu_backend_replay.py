@@ -18,24 +18,17 @@ from training.cpu_backend.grpo import SharedPrefixGRPOTrainer
 from training.cpu_backend.packed_loss import frozen_context_sft_loss
 from training.cpu_backend.replay import SftReplay, collate, sft_replay
 from training.cpu_backend.sft import sft_examples
-from training.data.packs.generate import generate_builtin_dataset
 from training.spec.model import CpuSection, TrainingSpec
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("data")
-    generate_builtin_dataset(out, n=200, seed=0, progress=False)
-    return out
+def data(builtin_data_300: Path) -> Path:
+    return builtin_data_300
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from training.model.tiny import TinyModelConfig, build_tiny_model
-
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny"), TinyModelConfig(hidden_size=64, num_layers=2)
-    )
+def tiny(tiny_model_dir: Path) -> Path:
+    return tiny_model_dir
 
 
 def spec(**cpu: Any) -> TrainingSpec:

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from testkit.benchmark_scripts import load_benchmark
-from training.data.packs.generate import generate_builtin_dataset
 
 
 @pytest.fixture(scope="module")
@@ -21,19 +20,13 @@ def diag() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("data")
-    generate_builtin_dataset(out, n=300, seed=0, progress=False)
-    return out
+def data(builtin_data_300: Path) -> Path:
+    return builtin_data_300
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from training.model.tiny import TinyModelConfig, build_tiny_model
-
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny"), TinyModelConfig(hidden_size=64, num_layers=2)
-    )
+def tiny(tiny_model_dir: Path) -> Path:
+    return tiny_model_dir
 
 
 def first_row(data: Path, category: str) -> dict[str, Any]:
