@@ -21,16 +21,6 @@ from training.cpu_backend.sft import sft_examples
 from training.spec.model import CpuSection, TrainingSpec
 
 
-@pytest.fixture(scope="module")
-def data(builtin_data_300: Path) -> Path:
-    return builtin_data_300
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_model_dir: Path) -> Path:
-    return tiny_model_dir
-
-
 def spec(**cpu: Any) -> TrainingSpec:
     return TrainingSpec.model_validate(
         {
@@ -73,18 +63,24 @@ def test_the_coefficient_is_off_by_default_and_bounded() -> None:
             CpuSection(grpo_sft_replay_coef=bad)
 
 
-def test_off_means_no_replay_at_all(data: Path, tiny: Path) -> None:
-    assert sft_replay(spec(), data / "train.parquet", tiny, schemas()) is None
+def test_off_means_no_replay_at_all(builtin_data_300: Path, tiny_model_dir: Path) -> None:
+    assert sft_replay(spec(), builtin_data_300 / "train.parquet", tiny_model_dir, schemas()) is None
 
 
-def test_replayed_batches_are_the_sft_examples_in_sft_order(data: Path, tiny: Path) -> None:
+def test_replayed_batches_are_the_sft_examples_in_sft_order(
+    builtin_data_300: Path, tiny_model_dir: Path
+) -> None:
     from transformers import AutoTokenizer
 
     run = spec(grpo_sft_replay_coef=0.5)
-    replay = sft_replay(run, data / "train.parquet", tiny, schemas())
+    replay = sft_replay(run, builtin_data_300 / "train.parquet", tiny_model_dir, schemas())
     assert replay is not None and replay.coef == 0.5
     examples, dropped = sft_examples(
-        run, data / "train.parquet", AutoTokenizer.from_pretrained(str(tiny)), schemas(), 3
+        run,
+        builtin_data_300 / "train.parquet",
+        AutoTokenizer.from_pretrained(str(tiny_model_dir)),
+        schemas(),
+        3,
     )
     assert dropped == 0 and len(replay.batches) == 3
     assert [e for batch in replay.batches for e in batch] == examples
@@ -98,11 +94,18 @@ def test_replayed_batches_are_the_sft_examples_in_sft_order(data: Path, tiny: Pa
     assert not torch.equal(replay.batch(0)["input_ids"], replay.batch(1)["input_ids"])
 
 
-def test_the_term_is_coef_times_the_sft_loss_with_a_gradient(data: Path, tiny: Path) -> None:
+def test_the_term_is_coef_times_the_sft_loss_with_a_gradient(
+    builtin_data_300: Path, tiny_model_dir: Path
+) -> None:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(tiny))
-    replay = sft_replay(spec(grpo_sft_replay_coef=2.0), data / "train.parquet", tiny, schemas())
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    replay = sft_replay(
+        spec(grpo_sft_replay_coef=2.0),
+        builtin_data_300 / "train.parquet",
+        tiny_model_dir,
+        schemas(),
+    )
     assert replay is not None
     inputs = replay.batch(0)
     expected = frozen_context_sft_loss(
@@ -114,12 +117,19 @@ def test_the_term_is_coef_times_the_sft_loss_with_a_gradient(data: Path, tiny: P
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
 
 
-def test_a_flat_grpo_step_still_takes_the_replay_and_logs_it(data: Path, tiny: Path) -> None:
+def test_a_flat_grpo_step_still_takes_the_replay_and_logs_it(
+    builtin_data_300: Path, tiny_model_dir: Path
+) -> None:
     """All groups alike: no RL signal, but the replay is a signal of its own."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(tiny))
-    replay = sft_replay(spec(grpo_sft_replay_coef=1.0), data / "train.parquet", tiny, schemas())
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    replay = sft_replay(
+        spec(grpo_sft_replay_coef=1.0),
+        builtin_data_300 / "train.parquet",
+        tiny_model_dir,
+        schemas(),
+    )
     metrics: dict[str, dict[str, list[float]]] = {"train": {"sft_replay_loss": []}}
     trainer = SimpleNamespace(
         flat_batches=0,
@@ -143,10 +153,10 @@ def test_a_flat_grpo_step_still_takes_the_replay_and_logs_it(data: Path, tiny: P
     assert any(p.grad is not None for p in model.parameters())
 
 
-def test_rows_all_too_long_are_a_clear_error(data: Path, tiny: Path) -> None:
+def test_rows_all_too_long_are_a_clear_error(builtin_data_300: Path, tiny_model_dir: Path) -> None:
     run = spec(grpo_sft_replay_coef=1.0, sft_max_length=256)
     with pytest.raises(ValueError, match=r"longer than cpu\.sft_max_length=256"):
-        sft_replay(run, data / "train.parquet", tiny, schemas())
+        sft_replay(run, builtin_data_300 / "train.parquet", tiny_model_dir, schemas())
 
 
 def test_an_empty_replay_is_refused() -> None:
@@ -169,17 +179,24 @@ def test_turn_start_weight_falls_on_each_assistant_turns_first_token() -> None:
     assert weights.tolist() == [15.0, 1.0, 1.0, 15.0, 1.0, 15.0, 15.0, 1.0]
 
 
-def test_turn_start_weight_scales_only_those_tokens_in_the_loss(data: Path, tiny: Path) -> None:
+def test_turn_start_weight_scales_only_those_tokens_in_the_loss(
+    builtin_data_300: Path, tiny_model_dir: Path
+) -> None:
     from transformers import AutoModelForCausalLM
 
     from training.cpu_backend.packed_loss import sft_positions, turn_start_weights
 
-    model = AutoModelForCausalLM.from_pretrained(str(tiny))
-    plain = sft_replay(spec(grpo_sft_replay_coef=1.0), data / "train.parquet", tiny, schemas())
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    plain = sft_replay(
+        spec(grpo_sft_replay_coef=1.0),
+        builtin_data_300 / "train.parquet",
+        tiny_model_dir,
+        schemas(),
+    )
     weighted = sft_replay(
         spec(grpo_sft_replay_coef=1.0, grpo_sft_replay_turn_weight=15),
-        data / "train.parquet",
-        tiny,
+        builtin_data_300 / "train.parquet",
+        tiny_model_dir,
         schemas(),
     )
     assert plain is not None and weighted is not None and weighted.turn_start_weight == 15
