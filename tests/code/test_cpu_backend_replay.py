@@ -45,6 +45,13 @@ def schemas() -> list[dict[str, Any]]:
     return list(get_catalog().openai_schemas())
 
 
+def replay_of(data: Path, model_dir: Path, **cpu: Any) -> SftReplay:
+    """The replay a spec with these `cpu` fields builds on the built-in data."""
+    replay = sft_replay(spec(**cpu), data / "train.parquet", model_dir, schemas())
+    assert replay is not None
+    return replay
+
+
 def test_collate_pads_right_and_keeps_padding_out_of_the_loss() -> None:
     batch = collate(
         [{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [8], "labels": [8]}],
@@ -100,12 +107,7 @@ def test_the_term_is_coef_times_the_sft_loss_with_a_gradient(
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
-    replay = sft_replay(
-        spec(grpo_sft_replay_coef=2.0),
-        builtin_data_300 / "train.parquet",
-        tiny_model_dir,
-        schemas(),
-    )
+    replay = replay_of(builtin_data_300, tiny_model_dir, grpo_sft_replay_coef=2.0)
     assert replay is not None
     inputs = replay.batch(0)
     expected = frozen_context_sft_loss(
@@ -124,12 +126,7 @@ def test_a_flat_grpo_step_still_takes_the_replay_and_logs_it(
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
-    replay = sft_replay(
-        spec(grpo_sft_replay_coef=1.0),
-        builtin_data_300 / "train.parquet",
-        tiny_model_dir,
-        schemas(),
-    )
+    replay = replay_of(builtin_data_300, tiny_model_dir, grpo_sft_replay_coef=1.0)
     metrics: dict[str, dict[str, list[float]]] = {"train": {"sft_replay_loss": []}}
     trainer = SimpleNamespace(
         flat_batches=0,
@@ -187,17 +184,9 @@ def test_turn_start_weight_scales_only_those_tokens_in_the_loss(
     from training.cpu_backend.packed_loss import sft_positions, turn_start_weights
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
-    plain = sft_replay(
-        spec(grpo_sft_replay_coef=1.0),
-        builtin_data_300 / "train.parquet",
-        tiny_model_dir,
-        schemas(),
-    )
-    weighted = sft_replay(
-        spec(grpo_sft_replay_coef=1.0, grpo_sft_replay_turn_weight=15),
-        builtin_data_300 / "train.parquet",
-        tiny_model_dir,
-        schemas(),
+    plain = replay_of(builtin_data_300, tiny_model_dir, grpo_sft_replay_coef=1.0)
+    weighted = replay_of(
+        builtin_data_300, tiny_model_dir, grpo_sft_replay_coef=1.0, grpo_sft_replay_turn_weight=15
     )
     assert plain is not None and weighted is not None and weighted.turn_start_weight == 15
     inputs = plain.batch(0)
