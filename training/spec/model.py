@@ -235,8 +235,10 @@ class CpuSection(_Section):
         le=10,
         description="Each GRPO step also takes the SFT loss on one batch of the SFT start's "
         "own examples (replayed in the order SFT saw them), times this (InstructGPT's "
-        "PPO-ptx): behaviour the step's prompts do not ask for, such as a multi-step "
-        "chain's second call, is held where SFT left it. 0: off.",
+        "PPO-ptx): it pulls back what the step's prompts do not ask about. Measured on "
+        "SmolLM2-135M at 1.0: single and abstention gains kept, multi-step chains still "
+        "fell; with grpo_sft_replay_turn_weight 15 they held (docs/parts/cpu_backend.md). "
+        "0: off.",
     )
     grpo_sft_replay_turn_weight: float = Field(
         default=1.0,
