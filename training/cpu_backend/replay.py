@@ -24,23 +24,18 @@ from training.cpu_backend.prefix import causal_lm_loss
 from training.cpu_backend.sft import ToolSchema, call_boundary, sft_examples
 from training.spec.model import TrainingSpec
 
-IGNORE = -100
 Example = dict[str, list[int]]
 
 
 def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded `input_ids`, `attention_mask` and `labels` (-100 on padding), the layout
-    TRL's SFT collator gives the SFT trainer."""
-    width = max(len(e["input_ids"]) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
-    for row, example in enumerate(examples):
-        length = len(example["input_ids"])
-        ids[row, :length] = torch.tensor(example["input_ids"], dtype=torch.long)
-        mask[row, :length] = 1
-        labels[row, :length] = torch.tensor(example["labels"], dtype=torch.long)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    """Right-padded `input_ids`, `attention_mask` and `labels` (-100 on padding): TRL's SFT
+    collator, the one the SFT trainer batched these examples with."""
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    batch: dict[str, torch.Tensor] = DataCollatorForLanguageModeling(pad_token_id=pad_id)(
+        list(examples)
+    )
+    return batch
 
 
 @dataclass(frozen=True)
