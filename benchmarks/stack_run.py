@@ -3,6 +3,9 @@ up, run the loop through it with its faults, serve the champion and ask it a que
 
     make stack            # = .venv/bin/python benchmarks/stack_run.py
     .venv/bin/python benchmarks/stack_run.py --no-build --no-faults --keep
+    # the CPU demo's model through the stack, so the gate can promote a champion to serve:
+    .venv/bin/python benchmarks/stack_run.py --no-faults --spec training/specs/cpu_smollm2.yaml \
+        --set cpu.time_budget_s=1500 --thresholds training/specs/thresholds_demo.yaml
 
 Steps, each written to benchmarks/results/stack.json as soon as it is measured (a later
 failure loses nothing measured before it):
@@ -38,6 +41,46 @@ import stack_up  # noqa: E402
 
 TIMINGS = Path("/var/tmp/toolrl-build-timings.tsv")
 SHORT_SPEC = "training/specs/cpu_tiny.yaml"
+#: Where a spec changed with --set lives: on the toolrl-runs volume, mounted at the same path
+#: in every Airflow role and Ray node, so the planner and the training job read one file.
+SPECS_IN_STACK = "/var/lib/toolrl/specs"
+
+
+def stack_spec(spec: str, assignments: list[str]) -> tuple[str, str | None]:
+    """The spec the stack's scheduled runs train (TOOLRL_TRAINING_SPEC), and the YAML to write
+    at that path first when `assignments` (`--set cpu.time_budget_s=1500`) change it; a
+    spec without assignments is named as given (a shipped one, inside the images)."""
+    if not assignments:
+        return spec, None
+    import yaml
+
+    from training.spec.model import load_spec, with_settings
+
+    path = Path(spec) if Path(spec).is_absolute() else REPO / spec
+    changed = with_settings(load_spec(path), assignments)
+    text = f"# {spec} with {' '.join(assignments)} (benchmarks/stack_run.py --set)\n"
+    text += yaml.safe_dump(changed.model_dump(mode="json"), sort_keys=False)
+    return f"{SPECS_IN_STACK}/{path.stem}.stack.yaml", text
+
+
+def write_into_runs_volume(path: str, text: str) -> None:
+    """Write `path` on the toolrl-runs volume through the scheduler's container (the volume
+    is group-writable for Airflow and Ray; nothing of the host is mounted)."""
+    directory = str(Path(path).parent)
+    subprocess.run(
+        [
+            "docker",
+            "exec",
+            "-i",
+            stack_loop.container("airflow-scheduler"),
+            "sh",
+            "-c",
+            f"mkdir -p {directory} && cat > {path}",
+        ],
+        input=text,
+        text=True,
+        check=True,
+    )
 
 
 def preflight() -> None:
@@ -72,14 +115,35 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the stack running at the end")
     parser.add_argument("--env-file", type=Path, default=Path("/var/tmp/toolrl.env"))
     parser.add_argument("--spec", default=SHORT_SPEC, help="TrainingSpec of the retraining run")
+    parser.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="change one field of --spec for this run (repeatable), e.g. cpu.time_budget_s=1500",
+    )
+    parser.add_argument(
+        "--thresholds",
+        default="",
+        help="gate thresholds of the run (TOOLRL_GATE_THRESHOLDS; empty: production's), e.g. "
+        "training/specs/thresholds_demo.yaml for cpu_smollm2.yaml",
+    )
     parser.add_argument("--timeout-min", type=float, default=60.0, help="per retraining wait")
     args = parser.parse_args()
     preflight()
+    try:  # a bad --set or spec fails here, before any image is built
+        spec, spec_text = stack_spec(args.spec, args.assignments)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--spec/--set: {exc}") from None
     t0 = time.monotonic()
     if not args.no_build and build() != 0:
         print("image build failed: see the step above and /var/tmp/toolrl-build-timings.tsv")
         return 1
-    stack_up.write_env(args.env_file, [f"TOOLRL_TRAINING_SPEC={args.spec}"])
+    stack_up.write_env(
+        args.env_file,
+        [f"TOOLRL_TRAINING_SPEC={spec}", f"TOOLRL_GATE_THRESHOLDS={args.thresholds}"],
+    )
     dc = stack_up.compose_cmd(args.env_file)
     ok = False
     try:
@@ -89,12 +153,19 @@ def main() -> int:
             print(f"not healthy: {', '.join(up['not_done'])}; the stack is left up to inspect")
             args.keep = True
             return 1
+        if spec_text is not None:
+            write_into_runs_volume(spec, spec_text)
         loop = stack_loop.run_loop(
             stop_worker_at=None if args.no_faults else "sft/global_step_200",
             postgres_fault=not args.no_faults,
             scheduler_fault=not args.no_faults,
             timeout_min=args.timeout_min,
         )
+        loop["training"] = {
+            "spec": args.spec,
+            "settings": args.assignments,
+            "thresholds": args.thresholds or "the pipeline config's",
+        }
         stack_up.save("loop", loop)
         print(json.dumps(loop, indent=2))
         if not all(r["state"] == "success" for r in loop["runs"]):

@@ -438,7 +438,14 @@ def compose_up(env_file: Path, timeout_s: float = 900) -> dict[str, Any]:
 
 #: env.example keys whose empty value is a secret to generate, and how.
 _GENERATED = {"AIRFLOW_FERNET_KEY": "fernet"}
-_NOT_SECRET = ("TOOLRL_JUDGE_URL", "TOOLRL_JUDGE_MODEL", "TOOLRL_JUDGE_API_KEY")
+#: env.example keys whose empty value means "unset" (never a generated secret).
+_NOT_SECRET = (
+    "TOOLRL_JUDGE_URL",
+    "TOOLRL_JUDGE_MODEL",
+    "TOOLRL_JUDGE_API_KEY",
+    "TOOLRL_TRAINING_SPEC",
+    "TOOLRL_GATE_THRESHOLDS",
+)
 
 
 def write_env(out: Path, overrides: list[str]) -> Path:

