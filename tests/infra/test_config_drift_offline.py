@@ -404,8 +404,9 @@ def _flags(args: list[str]) -> set[str]:
 def test_cli_flags_used_by_infra_exist_offline(
     compose: dict[str, Any], k8s_documents: list[tuple[Path, dict[str, Any]]]
 ) -> None:
-    """The images' entrypoints are `toolrl mcp serve` and `toolrl serve`; the flags compose and
-    the Deployments pass them must be options of those commands."""
+    """The images' entrypoints are `toolrl mcp serve` and `toolrl serve` (the CPU training
+    image, which has none, runs `toolrl serve` as its command); the flags compose and the
+    Deployments pass them must be options of those commands."""
     import typer
 
     from training.cli import app
@@ -413,7 +414,8 @@ def test_cli_flags_used_by_infra_exist_offline(
     deployments = {d["metadata"]["name"]: d for _, d in k8s_documents if d["kind"] == "Deployment"}
 
     def k8s_args(name: str) -> list[str]:
-        return list(deployments[name]["spec"]["template"]["spec"]["containers"][0]["args"])
+        container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
+        return [*container.get("command", []), *container["args"]]
 
     used = {
         ("mcp", "serve"): _flags(compose["services"]["mcp-mock"]["command"])
@@ -421,7 +423,9 @@ def test_cli_flags_used_by_infra_exist_offline(
         | _flags(k8s_args("toolrl-mcp-mock"))
         | _flags(k8s_args("toolrl-mcp-real")),
         ("serve",): _flags(compose["services"]["vllm"]["command"])
-        | _flags(k8s_args("toolrl-serving")),
+        | _flags(compose["services"]["serving-cpu"]["command"])
+        | _flags(k8s_args("toolrl-serving"))
+        | _flags(k8s_args("toolrl-serving-cpu")),
     }
     # typer may vendor its own click, so groups are recognised by their `commands` mapping
     # rather than by isinstance checks against the click package.

@@ -759,18 +759,22 @@ def admitted(policies: list[dict[str, Any]], caller: Pod, target: Pod, port: int
 
 
 RAY = {"ray-head", "ray-gpu"}
+# The serving pods: vLLM on a GPU (50-serving.yaml) or the CPU engine (51-serving-cpu.yaml).
+SERVING = {"toolrl-serving", "toolrl-serving-cpu"}
 # Who may call what (docs/DEPLOY.md, "Who may call what"): (target pod, port) -> callers.
 EXPECTED_CALLERS: dict[tuple[str, int], set[str]] = {
-    ("mlflow", 5000): {"airflow-worker", *RAY, "toolrl-serving", "mlflow-users"},
+    ("mlflow", 5000): {"airflow-worker", *RAY, *SERVING, "mlflow-users"},
     ("ray-head", 8265): {"airflow-worker", "airflow-triggerer", *RAY},
     ("ray-head", 6379): RAY,
     ("ray-head", 10001): RAY,
     ("ray-gpu", 10002): RAY,  # a worker's node ports (object manager, worker processes)
     # the run's tools: rollouts on Ray, check_tools and the evaluation in Airflow's task pods
     ("toolrl-mcp-mock", 8000): {"airflow-worker", *RAY},
-    ("toolrl-mcp-real", 8000): {"toolrl-serving"},
+    ("toolrl-mcp-real", 8000): SERVING,
     ("toolrl-serving", 8000): {"ingress"},
     ("toolrl-serving", 8100): set(),  # vLLM's own port is never reachable (loopback anyway)
+    ("toolrl-serving-cpu", 8000): {"ingress"},
+    ("toolrl-serving-cpu", 8100): set(),  # nor the CPU engine's (loopback, a free port)
     ("airflow-api-server", 8080): {f"airflow-{c}" for c in AIRFLOW_COMPONENTS},
 }
 
@@ -903,7 +907,7 @@ def unguarded_services(docs: Docs) -> list[str]:
 
 def test_every_control_plane_service_has_a_network_policy_offline(k8s_documents: Docs) -> None:
     names = {d["metadata"]["name"] for _, d in k8s_documents if d["kind"] == "Service"}
-    assert {"mlflow", "toolrl-mcp-mock", "toolrl-mcp-real", "toolrl-serving"} <= names
+    assert {"mlflow", "toolrl-mcp-mock", "toolrl-mcp-real", *SERVING} <= names
     problems = unguarded_services(k8s_documents)
     assert not problems, "\n".join(problems)
 

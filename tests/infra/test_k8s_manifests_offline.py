@@ -237,7 +237,8 @@ def test_services_select_their_deployments_and_probes_hit_health_endpoints_offli
         }
         for port in services[name]["spec"]["ports"]:
             assert port["targetPort"] in port_names, f"{name}: targetPort {port['targetPort']}"
-    expected = {"toolrl-serving": "/health", "toolrl-mcp-mock": "/healthz"}
+    expected = {"toolrl-serving": "/health", "toolrl-serving-cpu": "/health"}
+    expected |= {"toolrl-mcp-mock": "/healthz"}
     expected |= {"toolrl-mcp-real": "/healthz", "mlflow": "/health"}
     for name, path in expected.items():
         container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
