@@ -281,6 +281,7 @@ def run_loop(
         dataset_state = wait_finished(api, DATASET, dataset_run, 900)
         records = [run_record(api, DATASET, dataset_run)]
         worker_fault: dict[str, Any] | None = None
+        gate: dict[str, Any] = {"error": "no retraining run"}
         if dataset_state == "success":
             retraining_run = newest_asset_run(api, started, 300)
             if postgres_fault or scheduler_fault:
@@ -305,12 +306,44 @@ def run_loop(
                 state = wait_finished(api, RETRAINING, retraining_run, timeout_min * 60)
                 worker_fault["resumed_from"] = resumed_from()
             records.append(run_record(api, RETRAINING, retraining_run))
+            gate = gate_record(api, retraining_run)
     return {
         "measured_at_utc": started + "Z",
         "seconds": round(time.monotonic() - t0, 1),
         "runs": records,
         "faults": faults,
+        "gate": gate,
         "tasks_not_done_on_first_try": not_first_try(records),
+    }
+
+
+#: The candidate figures the gate's thresholds name (training/specs/thresholds_demo.yaml).
+GATE_FIGURES = (
+    "pass_rate",
+    "tool_selection_accuracy",
+    "exact_call_accuracy",
+    "parseable_rate",
+    "malformed_call_rate",
+    "abstention_rate",
+)
+
+
+def gate_record(api: AirflowApi, run_id: str) -> dict[str, Any]:
+    """What the gate decided and on what: the verdict with its reasons, and the candidate's
+    headline figures with the case count (the `evaluate` and `gate` tasks' XComs)."""
+    from training.pipeline.contracts import Evaluation, GateVerdict
+
+    try:
+        verdict = GateVerdict.model_validate(api.xcom(RETRAINING, run_id, "gate"))
+        evaluated = Evaluation.model_validate(api.xcom(RETRAINING, run_id, "evaluate"))
+    except (AirflowApiError, ValueError) as exc:  # the run stopped before the gate
+        return {"error": str(exc)[:300]}
+    candidate = evaluated.candidate
+    return {
+        "decision": verdict.decision,
+        "reasons": list(verdict.reasons),
+        "cases": candidate.cases_total,
+        "candidate": {k: round(v, 4) for k, v in candidate.overall.items() if k in GATE_FIGURES},
     }
 
 
