@@ -50,7 +50,11 @@ ENV PATH=/opt/venv/bin:$PATH \
 # keeps /home/ray/.cache and the Hugging Face cache.
 # /var/lib/toolrl: mount point of the run volume shared with Airflow (compose runs this user
 # as 1000:0; group 0 writes it, setgid keeps new entries in the group)
+# /home/ray/.cache/huggingface exists, owned by ray, before any volume is mounted on it: Docker
+# creates a missing mount point's parents as root, and the stack run's first training job then
+# failed on `mkdir /home/ray/.cache/toolrl` (the converted base model's cache).
 RUN useradd --uid 1000 --create-home --shell /bin/bash ray \
+    && install -d -m 2775 -o 1000 -g 0 /home/ray/.cache /home/ray/.cache/huggingface \
     && install -d -m 2775 -o root -g 0 /var/lib/toolrl
 USER 1000
 WORKDIR /home/ray

