@@ -246,7 +246,10 @@ class CpuSection(_Section):
         le=50,
         description="In the SFT replay, each assistant turn's first token (call a tool or "
         "answer; after a tool result, go on with a chain or stop) counts this many times: "
-        "the one decision GRPO moved for every category at once (replay.py).",
+        "the one decision GRPO moved for every category at once (replay.py). Measured on "
+        "SmolLM2-135M with coef 1.0 (docs/parts/cpu_backend.md): 15 kept multi-step chains "
+        "but held the over-calling; 4 kept the chains and gave pass +9.1 points [+4.5, +13.6] "
+        "over the SFT start (198 cases, one seed).",
     )
     resample_rounds: int = Field(
         default=0,
