@@ -166,9 +166,11 @@ def main() -> int:
             "settings": args.assignments,
             "thresholds": args.thresholds or "the pipeline config's",
         }
-        stack_up.save("loop", loop)
+        succeeded = all(r["state"] == "success" for r in loop["runs"])
+        # a failed loop goes beside the last good one, never over it
+        stack_up.save("loop" if succeeded else "loop_failed", loop)
         print(json.dumps(loop, indent=2))
-        if not all(r["state"] == "success" for r in loop["runs"]):
+        if not succeeded:
             print("a DAG run did not succeed: the stack is left up to inspect (Airflow UI :8080)")
             args.keep = True
             return 1
