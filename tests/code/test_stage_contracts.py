@@ -128,9 +128,11 @@ def test_the_plan_records_every_choice_of_the_run(tmp_path: Path) -> None:
     assert written["data"]["train_files"] == [str(new / "train.parquet")]
     assert Path(plan.workdir) == tmp_path / "runs" / "manual__1"
 
-    params = RunParams(thresholds="/strict.yaml", eval_limit=2, dry_run=True, dataset_dir=str(old))
+    strict = tmp_path / "strict.yaml"
+    strict.write_text((REPO_ROOT / "training/specs/thresholds_demo.yaml").read_text())
+    params = RunParams(thresholds=str(strict), eval_limit=2, dry_run=True, dataset_dir=str(old))
     hand = plan_run(config, params, events, "manual__2")
-    assert (hand.dataset_version, hand.thresholds, hand.eval_limit) == ("v1", "/strict.yaml", 2)
+    assert (hand.dataset_version, hand.thresholds, hand.eval_limit) == ("v1", str(strict), 2)
     assert hand.dry_run is True
     with pytest.raises(StageError, match="does not exist"):
         plan_run(config, RunParams(dataset_dir=str(tmp_path / "nope")), None, "manual__3")
@@ -230,3 +232,19 @@ def test_the_run_dir_is_writable_by_its_group_for_the_ray_job(tmp_path: Path) ->
     )
     mode = Path(plan.workdir).stat().st_mode
     assert mode & stat.S_IWGRP and mode & stat.S_IXGRP and mode & stat.S_ISGID
+
+
+@pytest.mark.parametrize("thresholds", ["training/specs/no_such.yaml", "pyproject.toml"])
+def test_unreadable_gate_thresholds_are_refused_at_planning(
+    tmp_path: Path, thresholds: str
+) -> None:
+    """A typo in the `toolrl_gate_thresholds` Variable (or a file that is not thresholds) fails
+    `plan_spec` with the path named, before any training, not at the gate an hour later."""
+    old = published_version(tmp_path / "data", "v1")
+    with pytest.raises(StageError, match="gate thresholds"):
+        plan_run(
+            PipelineConfig(data_root=str(tmp_path / "data"), workdir=str(tmp_path / "runs")),
+            RunParams(spec="training/specs/cpu_tiny.yaml", thresholds=thresholds),
+            [{"dataset_dir": str(old), "dataset_version": "v1"}],
+            "manual__bad_thresholds",
+        )

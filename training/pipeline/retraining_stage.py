@@ -235,6 +235,8 @@ def prepare_spec(
             ),
         }
     )
+    thresholds = shipped_path(params.thresholds) or config.thresholds
+    _check_thresholds(thresholds)
     spec, start = starting_point(spec, workdir, tracking_uri, model_name())
     warnings: list[str] = []
     if backend == "verl":
@@ -260,11 +262,22 @@ def prepare_spec(
         tool_mode=spec.tools.mode,
         tool_store_digest=tool_lineage(spec)["tool_store_digest"],
         backend=backend,
-        thresholds=shipped_path(params.thresholds) or config.thresholds,
+        thresholds=thresholds,
         eval_backend=config.eval_backend,
         eval_limit=params.eval_limit or config.eval_limit,
         dry_run=params.dry_run,
     )
+
+
+def _check_thresholds(path: str) -> None:
+    """Refuse a thresholds file the gate could not read now, at planning, not after an hour
+    of training (a typo in the `toolrl_gate_thresholds` Variable or the `thresholds` param)."""
+    from training.evaluation.gate import load_thresholds
+
+    try:
+        load_thresholds(Path(path))
+    except (OSError, ValueError) as exc:
+        raise StageError(f"gate thresholds {path}: {exc}") from exc
 
 
 def share_with_group(path: Path) -> None:
