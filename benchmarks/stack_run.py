@@ -5,7 +5,8 @@ up, run the loop through it with its faults, serve the champion and ask it a que
     .venv/bin/python benchmarks/stack_run.py --no-build --no-faults --keep
     # the CPU demo's model through the stack, so the gate can promote a champion to serve:
     .venv/bin/python benchmarks/stack_run.py --no-faults --spec training/specs/cpu_smollm2.yaml \
-        --set cpu.time_budget_s=1500 --thresholds training/specs/thresholds_demo.yaml
+        --set cpu.time_budget_s=1500 --thresholds training/specs/thresholds_demo.yaml \
+        --record-suffix smollm2 --timeout-min 75
 
 Steps, each written to benchmarks/results/stack.json as soon as it is measured (a later
 failure loses nothing measured before it):
@@ -18,6 +19,8 @@ failure loses nothing measured before it):
    mid-training, then the operator's clear; see stack_loop.py);
 5. `serving`: the `serving-cpu` profile answers the demo question with the champion;
 6. the stack is taken down with its volumes (`--keep` leaves it running).
+`--record-suffix` saves steps 4 and 5 under their own keys (`loop_smollm2`, `serving_smollm2`)
+so a run of another spec never replaces the default run's records.
 Needs root (or the docker group), a running dockerd and docker-compose; about 45 minutes on a
 2-core machine, most of it the training job.
 """
@@ -130,6 +133,12 @@ def main() -> int:
         "training/specs/thresholds_demo.yaml for cpu_smollm2.yaml",
     )
     parser.add_argument("--timeout-min", type=float, default=60.0, help="per retraining wait")
+    parser.add_argument(
+        "--record-suffix",
+        default="",
+        help="save the loop and serving records as loop_SUFFIX and serving_SUFFIX in stack.json, "
+        "beside the default run's (e.g. smollm2 for the CPU demo's model)",
+    )
     args = parser.parse_args()
     preflight()
     try:  # a bad --set or spec fails here, before any image is built
@@ -167,15 +176,16 @@ def main() -> int:
             "thresholds": args.thresholds or "the pipeline config's",
         }
         succeeded = all(r["state"] == "success" for r in loop["runs"])
+        suffix = f"_{args.record_suffix}" if args.record_suffix else ""
         # a failed loop goes beside the last good one, never over it
-        stack_up.save("loop" if succeeded else "loop_failed", loop)
+        stack_up.save(f"loop{suffix}" if succeeded else f"loop{suffix}_failed", loop)
         print(json.dumps(loop, indent=2))
         if not succeeded:
             print("a DAG run did not succeed: the stack is left up to inspect (Airflow UI :8080)")
             args.keep = True
             return 1
         serving = stack_loop.serve_and_ask(args.env_file)
-        stack_up.save("serving", serving)
+        stack_up.save(f"serving{suffix}", serving)
         print(json.dumps(serving, indent=2))
         ok = serving.get("time_to_healthy_s") is not None
         return 0 if ok else 1

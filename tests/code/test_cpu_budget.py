@@ -4,7 +4,9 @@ scaled to fit from the dtype's measured step cost, floors kept, the plan pinned.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,10 +15,11 @@ from training.cpu_backend.budget import (
     MIN_SFT_STEPS,
     PIN_FILE,
     STEP_COSTS,
+    MeasuredStep,
     pinned_plan,
     plan_steps,
 )
-from training.spec.model import CpuSection
+from training.spec.model import CpuSection, TrainingSpec
 
 DEMO = CpuSection(sft_steps=130, grpo_steps=8)
 
@@ -116,3 +119,130 @@ def test_grpo_is_cut_to_its_floor_before_sft_loses_a_step(dtype: str) -> None:
     assert tight.sft_steps == int((full_sft - MIN_GRPO_STEPS * STEP_COSTS[dtype].grpo_s)
                                   // STEP_COSTS[dtype].sft_s)  # fmt: skip
     assert "GRPO first" in tight.reason
+
+
+# --- the step cost measured where the run is (MeasuredStep, sft.probe_sft_step) ------------
+
+
+def measured(step_s: float, spent_s: float = 0.0) -> MeasuredStep:
+    return MeasuredStep(step_s=step_s, spent_s=spent_s, timed_steps=2)
+
+
+def test_a_step_measured_twice_the_tables_halves_what_fits() -> None:
+    """The compose stack's case: the table said 16.5 s, the stack took ~35 s a step."""
+    table = plan_steps(DEMO, 1500, "float32")
+    slow = plan_steps(DEMO, 1500, "float32", measured(2 * STEP_COSTS["float32"].sft_s))
+    assert slow.sft_step_s == 2 * STEP_COSTS["float32"].sft_s
+    assert slow.grpo_step_s == 2 * STEP_COSTS["float32"].grpo_s  # scaled alike
+    assert slow.estimated_s <= 1500 and slow.sft_steps < table.sft_steps
+    assert slow.estimated_s == slow.sft_steps * slow.sft_step_s + slow.grpo_steps * slow.grpo_step_s
+    assert "measured here" in slow.reason and "measured here" in slow.cost_source
+    assert table.sft_step_s == STEP_COSTS["float32"].sft_s and table.measured_s == 0
+
+
+def test_the_seconds_spent_measuring_come_off_the_budget() -> None:
+    step = STEP_COSTS["float32"].sft_s
+    free = plan_steps(DEMO, 1500, "float32", measured(step, spent_s=0.0))
+    charged = plan_steps(DEMO, 1500, "float32", measured(step, spent_s=300.0))
+    assert charged.estimated_s <= 1500 - 300 < free.estimated_s
+    assert charged.budget_s == 1500 and charged.measured_s == 300
+    assert "300 s of the budget went to measuring" in charged.reason
+
+
+def test_a_fast_host_runs_the_spec_as_written() -> None:
+    plan = plan_steps(DEMO, 1500, "float32", measured(0.5, spent_s=2.0))
+    assert (plan.sft_steps, plan.grpo_steps) == (130, 8) and "fit" in plan.reason
+
+
+def test_measuring_that_eats_the_budget_keeps_the_floors_and_says_so() -> None:
+    plan = plan_steps(DEMO, 100, "float32", measured(16.0, spent_s=150.0))
+    assert (plan.sft_steps, plan.grpo_steps) == (MIN_SFT_STEPS, MIN_GRPO_STEPS)
+    assert "over budget" in plan.reason
+
+
+@pytest.mark.parametrize("step_s", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_nonsense_measurement_is_a_clear_error(step_s: float) -> None:
+    with pytest.raises(ValueError, match="measured SFT step"):
+        plan_steps(DEMO, 900, "float32", measured(step_s))
+
+
+def test_the_step_is_measured_only_when_planning(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def measure() -> MeasuredStep:
+        calls.append(1)
+        return measured(40.0, spent_s=60.0)
+
+    first = pinned_plan(DEMO, 1500, "float32", tmp_path, measure)
+    again = pinned_plan(DEMO, 1500, "float32", tmp_path, measure)  # resumed: the pin
+    assert calls == [1] and again == first and first.sft_step_s == 40.0
+
+
+def test_a_plan_pinned_before_costs_were_recorded_still_loads(tmp_path: Path) -> None:
+    old = {
+        k: v
+        for k, v in asdict(plan_steps(DEMO, 900, "float32")).items()
+        if k not in {"sft_step_s", "grpo_step_s", "measured_s"}
+    }
+    (tmp_path / PIN_FILE).write_text(json.dumps(old))
+    plan = pinned_plan(DEMO, 900, "float32", tmp_path, lambda: measured(1.0))
+    assert plan.sft_steps == old["sft_steps"] and plan.sft_step_s is None
+
+
+@pytest.mark.parametrize(
+    ("rows", "short", "batches", "expected"),
+    [
+        (list(range(12)), 2, 3, [2, 3, 6, 7, 10, 11]),  # past the short rows, first to last
+        (list(range(12)), 0, 1, [0, 1]),
+        (list(range(3)), 4, 2, [0, 1, 2]),  # all rows short: the rows there are
+        (list(range(4)), 0, 3, [0, 1, 0, 1, 2, 3]),  # fewer batches than asked: repeated
+    ],
+)
+def test_probe_rows_are_whole_batches_spread_over_the_run(
+    rows: list[int], short: int, batches: int, expected: list[int]
+) -> None:
+    """Whole batches: a batch shares its tool prompt, rows picked one by one may not (the
+    first probe did that and timed a step 6.2x the real one)."""
+    from training.cpu_backend.sft import probe_rows
+
+    assert probe_rows(rows, short, 2, batches) == expected  # type: ignore[arg-type]
+
+
+def probe_spec(**cpu: Any) -> TrainingSpec:
+    return TrainingSpec.model_validate(
+        {
+            "name": "probe",
+            "model": {"path": "tiny://hermes", "call_format": "hermes"},
+            "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
+            "rollout": {"n": 2},
+            "batch": {"ppo_mini_batch_size": 2},
+            "checkpoint": {"run_dir": "ckpt"},
+            "cpu": {"sft_steps": 6, "sft_batch_size": 2, "grpo_steps": 2, **cpu},
+        }
+    )
+
+
+def test_the_probe_times_real_sft_steps_and_leaves_the_model_as_it_was(
+    builtin_data_300: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A real SFT trainer on the tiny model: three timed steps after a warm-up, the seconds it
+    took, the base model's files untouched (its weights are thrown away)."""
+    from serving.tools import get_catalog
+    from training.cpu_backend.sft import probe_sft_step
+
+    before = {p.name: p.read_bytes() for p in tiny_model_dir.iterdir() if p.is_file()}
+    schemas = list(get_catalog().openai_schemas())
+    step = probe_sft_step(probe_spec(), tiny_model_dir, builtin_data_300 / "train.parquet", schemas)
+    assert step is not None and step.timed_steps == 3
+    assert 0 < step.step_s < step.spent_s
+    after = {p.name: p.read_bytes() for p in tiny_model_dir.iterdir() if p.is_file()}
+    assert after == before
+    plan = plan_steps(probe_spec().cpu, 3600, "float32", step)
+    assert plan.sft_step_s == step.step_s and plan.measured_s == step.spent_s
+
+
+def test_no_sft_steps_means_nothing_to_time(builtin_data_300: Path, tiny_model_dir: Path) -> None:
+    from training.cpu_backend.sft import probe_sft_step
+
+    spec = probe_spec(sft_steps=0)
+    assert probe_sft_step(spec, tiny_model_dir, builtin_data_300 / "train.parquet", []) is None

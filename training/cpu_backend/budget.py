@@ -14,6 +14,15 @@ alike to 58 + 3 steps, was rejected at 38.8% tool selection against the demo gat
 served nothing). The plan says what it chose and why, is
 pinned in the run directory (a resumed run keeps its step counts, as it keeps its dtype),
 and goes into the run's report.
+
+The table below holds for the demo's spec on a demo host; where the job runs decides the rest.
+On the compose stack the same float32 SFT step took about 35 s, not 16.5 (the stack's other
+services take ~0.4 of the 2 cores, and two training threads stall on each other when either
+is preempted; `benchmarks/results/stack.json`), so a plan from the table alone ran twice its
+budget. So before it plans, the job times a few SFT steps of its own spec where it runs
+(`sft.probe_sft_step`, a `MeasuredStep`), plans with that cost, scales the table's GRPO cost
+by the same ratio (both are forward and backward passes of the same model on the same cores)
+and charges the probe's seconds to the budget.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -63,6 +73,31 @@ STEP_COSTS: dict[str, StepCost] = {
 
 
 @dataclass(frozen=True)
+class MeasuredStep:
+    """SFT steps of the run's own spec timed where it runs, before training (weights thrown
+    away): the step cost a plan should trust over the table."""
+
+    step_s: float
+    """Median seconds of the timed SFT steps (the first step, a warm-up, is not counted)."""
+    spent_s: float
+    """Wall seconds the measurement took, model load included: charged to the budget."""
+    timed_steps: int
+
+
+def measured_cost(dtype: str, measured: MeasuredStep) -> StepCost:
+    """The table's costs for `dtype` replaced by the measured SFT step, GRPO scaled alike."""
+    table = STEP_COSTS[dtype]
+    ratio = measured.step_s / table.sft_s
+    return StepCost(
+        sft_s=measured.step_s,
+        grpo_s=table.grpo_s * ratio,
+        source=f"measured here before training: {measured.timed_steps} SFT steps at "
+        f"{measured.step_s:.1f} s a step, {ratio:.2f}x the {dtype} table's {table.sft_s:g} s, "
+        f"so a GRPO step is taken as {ratio:.2f} x {table.grpo_s:g} s; the table: {table.source}",
+    )
+
+
+@dataclass(frozen=True)
 class BudgetPlan:
     budget_s: float
     dtype: str
@@ -73,25 +108,39 @@ class BudgetPlan:
     estimated_s: float
     reason: str
     cost_source: str
+    sft_step_s: float | None = None
+    """The SFT step cost planned with (None in plans pinned before it was recorded)."""
+    grpo_step_s: float | None = None
+    measured_s: float = 0.0
+    """Seconds spent measuring the step cost before planning, already taken off the budget."""
 
     def apply(self, cpu: CpuSection) -> CpuSection:
         return cpu.model_copy(update={"sft_steps": self.sft_steps, "grpo_steps": self.grpo_steps})
 
 
-def plan_steps(cpu: CpuSection, budget_s: float, dtype: str) -> BudgetPlan:
-    """The spec's steps scaled to `budget_s` seconds of SFT + GRPO on a `dtype` CPU."""
+def plan_steps(
+    cpu: CpuSection, budget_s: float, dtype: str, measured: MeasuredStep | None = None
+) -> BudgetPlan:
+    """The spec's steps scaled to `budget_s` seconds of SFT + GRPO on a `dtype` CPU, from the
+    step cost `measured` where the run is (its seconds off the budget), else the table's."""
     if budget_s <= 0:
         raise ValueError(f"cpu.time_budget_s must be positive, not {budget_s}")
     if dtype not in STEP_COSTS:
         raise ValueError(f"no measured step cost for dtype {dtype!r} (known: {sorted(STEP_COSTS)})")
-    cost = STEP_COSTS[dtype]
+    if measured is not None and not (math.isfinite(measured.step_s) and measured.step_s > 0):
+        raise ValueError(f"a measured SFT step must take a positive time, not {measured.step_s}")
+    cost = STEP_COSTS[dtype] if measured is None else measured_cost(dtype, measured)
+    spent = measured.spent_s if measured is not None else 0.0
+    total_s, budget_s = budget_s, max(0.0, budget_s - spent)
     sft_s, grpo_s = cpu.sft_steps * cost.sft_s, cpu.grpo_steps * cost.grpo_s
     planned = sft_s + grpo_s
+    extra = {"sft_step_s": cost.sft_s, "grpo_step_s": cost.grpo_s, "measured_s": spent}
+    spent_note = f"; {spent:.0f} s of the budget went to measuring the step here" if spent else ""
     if planned <= budget_s:
         return BudgetPlan(
-            budget_s, dtype, cpu.sft_steps, cpu.grpo_steps, cpu.sft_steps, cpu.grpo_steps,
+            total_s, dtype, cpu.sft_steps, cpu.grpo_steps, cpu.sft_steps, cpu.grpo_steps,
             planned, f"the spec's steps fit: about {planned / 60:.1f} of {budget_s / 60:.1f} "
-            f"minutes in {dtype}", cost.source,
+            f"minutes in {dtype}{spent_note}", cost.source, **extra,
         )  # fmt: skip
     # GRPO first, down to its floor; SFT keeps what the budget leaves (module docstring)
     floor_grpo = min(cpu.grpo_steps, MIN_GRPO_STEPS)
@@ -101,19 +150,29 @@ def plan_steps(cpu: CpuSection, budget_s: float, dtype: str) -> BudgetPlan:
     estimated = sft * cost.sft_s + grpo * cost.grpo_s
     reason = (
         f"the spec's {cpu.sft_steps} SFT + {cpu.grpo_steps} GRPO steps take about "
-        f"{planned / 60:.0f} minutes in {dtype} ({cost.sft_s:g} s and {cost.grpo_s:g} s a step); "
+        f"{planned / 60:.0f} minutes in {dtype} ({cost.sft_s:.3g} s and {cost.grpo_s:.3g} s a step"
+        f"{', measured here' if measured else ''}); "
         f"cut to {sft} + {grpo} steps, about {estimated / 60:.1f} minutes (GRPO first: at "
         "this budget SFT steps are what clears the gate)"
         + (" (over budget: the floors)" if estimated > budget_s else "")
+        + spent_note
     )
     return BudgetPlan(
-        budget_s, dtype, cpu.sft_steps, cpu.grpo_steps, sft, grpo, estimated, reason, cost.source
-    )
+        total_s, dtype, cpu.sft_steps, cpu.grpo_steps, sft, grpo, estimated, reason, cost.source,
+        **extra,
+    )  # fmt: skip
 
 
-def pinned_plan(cpu: CpuSection, budget_s: float, dtype: str, run_dir: Path) -> BudgetPlan:
+def pinned_plan(
+    cpu: CpuSection,
+    budget_s: float,
+    dtype: str,
+    run_dir: Path,
+    measure: Callable[[], MeasuredStep | None] | None = None,
+) -> BudgetPlan:
     """The run's plan: the one pinned in `run_dir` when the run started, else planned now and
-    pinned, so a resumed run (maybe on another machine) trains to the same step counts."""
+    pinned, so a resumed run (maybe on another machine) trains to the same step counts.
+    `measure` times the step cost where the run is; it is called only when planning."""
     pin = run_dir / PIN_FILE
     if pin.is_file():
         try:
@@ -122,7 +181,8 @@ def pinned_plan(cpu: CpuSection, budget_s: float, dtype: str, run_dir: Path) -> 
             raise ValueError(f"{pin} is unreadable ({error}); delete it to plan again") from error
         logger.info("time budget: %s (pinned when the run started, %s)", plan.reason, pin)
         return plan
-    plan = plan_steps(cpu, budget_s, dtype)
+    measured = measure() if measure is not None else None
+    plan = plan_steps(cpu, budget_s, dtype, measured)
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = pin.with_name(f".{pin.name}.tmp")
     tmp.write_text(json.dumps(asdict(plan), indent=2), encoding="utf-8")

@@ -36,7 +36,7 @@ from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.quick_eval import evaluate
 from training.cpu_backend.replay import sft_replay
 from training.cpu_backend.rollout_budget import RolloutBudget, check_budget, measure_budget
-from training.cpu_backend.sft import SftResult, ToolSchema, run_sft
+from training.cpu_backend.sft import SftResult, ToolSchema, probe_sft_step, run_sft
 from training.cpu_backend.tracking import LogCallback, ProgressCallback, Tracker
 from training.data.packs.truth import dataset_registry
 from training.evaluation.metrics import HEADLINE_METRICS
@@ -232,11 +232,9 @@ def rollout_budget(spec: TrainingSpec, model_dir: Path, train_file: Path) -> Rol
     return budget
 
 
-def _pinned_run(
-    spec: TrainingSpec, workdir: Path
-) -> tuple[TrainingSpec, Path, DtypeChoice, BudgetPlan | None]:
-    """The spec with paths resolved against `workdir`, the dtype and (with
-    `cpu.time_budget_s`) the step counts pinned in the run directory when it started."""
+def _pinned_run(spec: TrainingSpec, workdir: Path) -> tuple[TrainingSpec, Path, DtypeChoice]:
+    """The spec with paths resolved against `workdir` and the dtype pinned in the run
+    directory when it started."""
     workdir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(spec.checkpoint.run_dir)
     run_dir = run_dir if run_dir.is_absolute() else workdir / run_dir
@@ -244,11 +242,24 @@ def _pinned_run(
     spec = resolve_paths(spec, workdir)
     precision = pinned_choice(spec.cpu.dtype, run_dir)
     spec = spec.model_copy(update={"cpu": spec.cpu.model_copy(update={"dtype": precision.dtype})})
-    plan = None
-    if spec.cpu.time_budget_s is not None:
-        plan = pinned_plan(spec.cpu, spec.cpu.time_budget_s, precision.dtype, run_dir)
-        spec = spec.model_copy(update={"cpu": plan.apply(spec.cpu)})
-    return spec, run_dir, precision, plan
+    return spec, run_dir, precision
+
+
+def _budgeted(
+    spec: TrainingSpec, run_dir: Path, base: Path, train_file: Path, schemas: list[ToolSchema]
+) -> tuple[TrainingSpec, BudgetPlan | None]:
+    """With `cpu.time_budget_s`, the spec's step counts cut to the plan pinned when the run
+    started; a new plan times SFT steps here first (`probe_sft_step`, budget.py)."""
+    if spec.cpu.time_budget_s is None:
+        return spec, None
+    plan = pinned_plan(
+        spec.cpu,
+        spec.cpu.time_budget_s,
+        spec.cpu.dtype,
+        run_dir,
+        measure=lambda: probe_sft_step(spec, base, train_file, schemas),
+    )
+    return spec.model_copy(update={"cpu": plan.apply(spec.cpu)}), plan
 
 
 def _result(
@@ -311,7 +322,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     torch.set_num_threads(spec.cpu.threads)
     torch.manual_seed(spec.cpu.seed)
     spec_hash = resolve_paths(spec, workdir).spec_hash()  # as written: dtype auto stays auto
-    spec, run_dir, precision, plan = _pinned_run(spec, workdir)
+    spec, run_dir, precision = _pinned_run(spec, workdir)
     train_file = Path(spec.data.train_files[0])
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -324,8 +335,9 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         # a pack dataset's calls are judged by its tool snapshot (parser, reward, quick eval)
         stack.enter_context(using_registry(dataset_registry(train_file)))
         url, token, tool_usage = stack.enter_context(served_tools(spec))
-        tracker = stack.enter_context(Tracker(spec))
         schemas: list[ToolSchema] = list_tools(url, token, timeout_s=spec.tools.timeout_s)
+        spec, plan = _budgeted(spec, run_dir, base, train_file, schemas)
+        tracker = stack.enter_context(Tracker(spec))  # logs the step counts the run trains
         rows = eval_rows(spec)
 
         evals: dict[str, dict[str, Any]] = {}

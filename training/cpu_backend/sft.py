@@ -15,8 +15,11 @@ so a limit shorter than the tool prompt would silently train on prompts without 
 
 from __future__ import annotations
 
+import gc
 import json
 import random
+import statistics
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from transformers import TrainerCallback
 from trl.trainer.sft_trainer import SFTTrainer
 
 from serving.renderer import ChatRenderer
+from training.cpu_backend.budget import MeasuredStep
 from training.cpu_backend.checkpoints import (
     LayoutCallback,
     actor_path,
@@ -291,6 +296,106 @@ class SftResult:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
+def _trainer(
+    spec: TrainingSpec,
+    base_model: Path,
+    tokenizer: Any,
+    rows: list[dict[str, list[int]]],
+    arguments: dict[str, Any],
+    callbacks: list[Any],
+) -> SharedPrefixSFTTrainer:
+    """The SFT trainer of `spec` on `rows`: what a run trains with and what the step-cost
+    probe times, built in one place so the probe times the same step."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.sft_config import SFTConfig
+
+    cpu = spec.cpu
+    model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=torch_dtype(cpu.dtype))
+    trainer = SharedPrefixSFTTrainer(
+        model=model,
+        args=SFTConfig(**arguments),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    trainer.frozen_context = cpu.frozen_context
+    trainer.question_gradient = cpu.sft_question_gradient
+    trainer.call_boundary = call_boundary(spec, tokenizer)
+    trainer.toolrl_dtype = cpu.dtype
+    return trainer
+
+
+class StepClock(TrainerCallback):
+    """When each optimizer step ended (perf_counter seconds)."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.ends.append(time.perf_counter())
+
+
+def probe_rows(
+    rows: list[dict[str, list[int]]], short_rows: int, batch_size: int, batches: int
+) -> list[Any]:
+    """`batches` whole batches of the run, spread evenly over its full-length rows (past the
+    short-row curriculum, which costs less a step), in run order: the steps the run will
+    take. Whole batches, never rows picked one by one: a run's batch shares its tool prompt,
+    computed once (`prefix.py`); rows from different batches may not, and cost up to 6x."""
+    tail = rows[short_rows:] or rows
+    starts = list(range(0, len(tail), batch_size))
+    if batches <= 1:
+        chosen = starts[:1]
+    else:
+        chosen = [starts[round(i * (len(starts) - 1) / (batches - 1))] for i in range(batches)]
+    return [row for start in chosen for row in tail[start : start + batch_size]]
+
+
+def probe_sft_step(
+    spec: TrainingSpec,
+    base_model: Path,
+    train_file: Path,
+    schemas: list[ToolSchema],
+    timed_steps: int = 3,
+) -> MeasuredStep | None:
+    """Time `timed_steps` SFT steps of `spec` here (after one warm-up step) on batches
+    spread over the run's own, then throw the weights away: the step cost the time budget
+    plans with (budget.py), the median so that one slow step (the second still allocates
+    the optimizer's state) does not decide it. None when the spec has no SFT steps to time."""
+    import torch
+    from transformers import AutoTokenizer
+
+    cpu = spec.cpu
+    if cpu.sft_steps == 0 or timed_steps < 1:
+        return None
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model))
+    rows, _ = sft_examples(spec, train_file, tokenizer, schemas, cpu.sft_steps)
+    if not rows:
+        raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
+    steps = timed_steps + 1
+    short = min(cpu.sft_short_steps, cpu.sft_steps) * cpu.sft_batch_size
+    picked = probe_rows(rows, short, cpu.sft_batch_size, steps)
+    clock = StepClock()
+    with tempfile.TemporaryDirectory(prefix="toolrl-sft-probe-") as scratch:
+        arguments = sft_arguments(spec, Path(scratch))
+        arguments.update({"max_steps": steps, "save_strategy": "no", "logging_steps": steps})
+        trainer = _trainer(spec, base_model, tokenizer, picked, arguments, [clock])
+        trainer.train()
+        del trainer
+    gc.collect()
+    torch.manual_seed(cpu.seed)  # the run trains from the seed state it would have had
+    durations = [b - a for a, b in zip(clock.ends, clock.ends[1:], strict=False)]
+    if not durations:
+        return None
+    return MeasuredStep(
+        step_s=statistics.median(durations),
+        spent_s=time.perf_counter() - start,
+        timed_steps=len(durations),
+    )
+
+
 def run_sft(
     spec: TrainingSpec,
     base_model: Path,
@@ -304,9 +409,7 @@ def run_sft(
     A finished warm start (`run_dir/sft/final/COMPLETE`) is reused as is; with
     `cpu.sft_steps: 0` there is none and GRPO starts from `base_model` itself.
     """
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl.trainer.sft_config import SFTConfig
+    from transformers import AutoTokenizer
 
     cpu = spec.cpu
     sft_dir = run_dir / "sft"
@@ -320,22 +423,14 @@ def run_sft(
     rows, dropped = sft_examples(spec, train_file, tokenizer, schemas, cpu.sft_steps)
     if not rows:
         raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
-    model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=torch_dtype(cpu.dtype))
-    args = SFTConfig(**sft_arguments(spec, sft_dir / ".trainer"))
-    trainer = SharedPrefixSFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        callbacks=[
-            LayoutCallback(sft_dir, spec.checkpoint.keep, cpu.sft_batch_size),
-            *(callbacks or []),
-        ],
+    trainer = _trainer(
+        spec,
+        base_model,
+        tokenizer,
+        rows,
+        sft_arguments(spec, sft_dir / ".trainer"),
+        [LayoutCallback(sft_dir, spec.checkpoint.keep, cpu.sft_batch_size), *(callbacks or [])],
     )
-    trainer.frozen_context = cpu.frozen_context
-    trainer.question_gradient = cpu.sft_question_gradient
-    trainer.call_boundary = call_boundary(spec, tokenizer)
-    trainer.toolrl_dtype = cpu.dtype
     resume = latest_complete_step(sft_dir)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(actor_path(sft_dir, resume)) if resume else None)

@@ -5,8 +5,9 @@ or AMX), 35 on an AVX2-only host, where everything runs in float32 at about a fi
 speed. The training stage's share is that budget less what the rest of the demo costs there
 (services, dataset, the quick evals, the DAG's held-out evaluation, serving: `OVERHEAD_S`,
 measured from whole demo runs). The demo writes the training spec with
-`cpu.time_budget_s` set into its workdir; the training job scales its step counts to it
-(`training/cpu_backend/budget.py`) and records the plan in its report. `--budget-minutes 0`
+`cpu.time_budget_s` set into its workdir; the training job times a few SFT steps where it
+runs, scales its step counts to the budget from that cost (`training/cpu_backend/budget.py`)
+and records the plan in its report. `--budget-minutes 0`
 runs the spec's steps as written.
 """
 
@@ -47,7 +48,8 @@ class DemoBudget:
         return (
             f"time budget {self.minutes:g} minutes after setup ({self.dtype}: "
             f"{self.dtype_reason}); training gets {self.plan.budget_s / 60:.1f} of them: "
-            f"{self.plan.reason}"
+            f"{self.plan.reason} (from the table's step costs; the training job times its "
+            "first steps where it runs and plans again)"
         )
 
 
