@@ -14,6 +14,23 @@ from training.ops.demo.progress import CheckpointWatcher
 from training.ops.demo.summary import describe_answer
 
 
+def test_watcher_counts_to_the_steps_the_job_pinned_not_the_demos_estimate(
+    tmp_path: Path,
+) -> None:
+    """The demo estimates 81 SFT steps from its table; the job times its steps where it runs
+    and pins its own plan (79): the milestones count to the pinned plan. A broken pin falls
+    back to the estimate, never a crash."""
+    run = tmp_path / "manual__1" / "checkpoints"
+    said: list[str] = []
+    watcher = CheckpointWatcher(tmp_path, said.append, totals={"sft": 81, "grpo": 2})
+    (run / "sft" / "global_step_50").mkdir(parents=True)
+    (run / "budget_plan.json").write_text(json.dumps({"sft_steps": 79, "grpo_steps": 2}))
+    assert watcher.poll() == ["SFT checkpoint: step 50/79"]
+    (run / "budget_plan.json").write_text("{not json")
+    (run / "sft" / "global_step_60").mkdir()
+    assert watcher.poll() == ["SFT checkpoint: step 60/81"]
+
+
 def test_watcher_reports_each_milestone_once_in_order(tmp_path: Path) -> None:
     run = tmp_path / "manual__1" / "checkpoints"
     said: list[str] = []

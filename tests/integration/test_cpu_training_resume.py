@@ -23,6 +23,7 @@ import torch
 import yaml
 
 from training.checkpoints.layout import MARKER, TRACKER
+from training.cpu_backend.budget import PIN_FILE as BUDGET_PIN
 from training.cpu_backend.compute_dtype import PIN_FILE, choose, cpu_flags
 from training.jobs.result import TrainingResult
 
@@ -56,6 +57,7 @@ SPEC: dict[str, Any] = {
         "eval_max_new_tokens": 12,
         "threads": 2,
         "dtype": "auto",  # chosen from this CPU's flags and pinned across the kill
+        "time_budget_s": 3600,  # roomy: the steps fit; the plan (with its probe) is pinned
     },
 }
 
@@ -126,6 +128,8 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     assert not (workdir / "result.json").exists()
     sft_final = run_dir / "sft" / "final" / "COMPLETE"
     sft_stamp = sft_final.stat().st_mtime_ns
+    plan_pin = run_dir / BUDGET_PIN
+    plan_stamp = plan_pin.stat().st_mtime_ns  # planned (and the step timed) by the first run
     tokens_at_kill = json.loads(
         (run_dir / f"global_step_{SAVE_FREQ}" / "actor" / "trainer_state.json").read_text()
     )["num_input_tokens_seen"]
@@ -141,6 +145,11 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     assert result.merged_model_dir and Path(result.merged_model_dir, "model.safetensors").is_file()
     report = json.loads((workdir / "cpu_report.json").read_text())
     assert report["resumed_from"]["grpo"] == SAVE_FREQ
+    budget = report["time_budget"]  # the step was timed here, before training, and charged
+    assert budget["measured_s"] > 0 and 0 < budget["sft_step_s"] < budget["measured_s"]
+    assert "measured here" in budget["cost_source"]
+    assert (budget["sft_steps"], budget["grpo_steps"]) == (6, GRPO_STEPS)  # the steps fit
+    assert plan_pin.stat().st_mtime_ns == plan_stamp  # the resumed run kept the pin: no probe
     assert report["grpo"]["steps_trained"] == GRPO_STEPS - SAVE_FREQ  # continued, not from 0
     assert 0 <= report["grpo"]["flat_batches"] <= GRPO_STEPS - SAVE_FREQ
     resampled = report["grpo"]["resampling"]  # one record per step of the run's history

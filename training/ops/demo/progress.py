@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from training.checkpoints.layout import PROGRESS_FILE, STEP_DIR
+from training.cpu_backend.budget import PIN_FILE as BUDGET_PIN
 
 _EVAL_STAGES = {"before": "base model", "sft": "after SFT", "grpo": "after GRPO"}
 
@@ -36,6 +37,16 @@ def _eval_line(path: Path, label: str) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         return f"quick eval {label}: done ({path.name})"
     return f"quick eval {label}: parseable {parseable:.0%}, right tool {selection:.0%}"
+
+
+def _pinned_totals(run: Path) -> dict[str, int]:
+    """The step counts the job pinned for a time budget (`budget_plan.json`), which win over
+    the demo's own estimate: the job plans from the step cost it timed where it runs."""
+    try:
+        plan = json.loads((run / BUDGET_PIN).read_text(encoding="utf-8"))
+        return {"sft": int(plan["sft_steps"]), "grpo": int(plan["grpo_steps"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 _PHASES = {"sft": "SFT", "grpo": "GRPO"}
@@ -83,7 +94,8 @@ class CheckpointWatcher:
         messages: list[str] = []
         for run in sorted(self.root.glob("*/checkpoints")):
             found: list[tuple[str, str]] = []
-            total_sft, total_rl = self.totals.get("sft"), self.totals.get("grpo")
+            totals = {**self.totals, **_pinned_totals(run)}
+            total_sft, total_rl = totals.get("sft"), totals.get("grpo")
             for step in _steps(run / "sft"):
                 of = f"/{total_sft}" if total_sft else ""
                 found.append((f"{run}|sft|{step}", f"SFT checkpoint: step {step}{of}"))
