@@ -50,6 +50,23 @@ def test_the_slower_cpu_gets_fewer_steps_for_the_same_budget() -> None:
     assert slow.sft_steps + slow.grpo_steps < fast.sft_steps + fast.grpo_steps
 
 
+def test_a_grpo_step_that_replays_an_sft_batch_is_planned_at_its_cost() -> None:
+    """The replay adds one SFT forward and backward to every GRPO step: a plan that left it
+    out ran the demo 0.7 minutes over its budget."""
+    replaying = DEMO.model_copy(update={"grpo_sft_replay_coef": 1.0})
+    budget = 0.5 * seconds(130, 8, "float32")
+    plain, replayed = plan_steps(DEMO, budget, "float32"), plan_steps(replaying, budget, "float32")
+    table = STEP_COSTS["float32"]
+    assert replayed.grpo_step_s == table.grpo_s + table.sft_s
+    assert plain.grpo_step_s == table.grpo_s
+    assert replayed.sft_steps + replayed.grpo_steps < plain.sft_steps + plain.grpo_steps
+    assert replayed.estimated_s <= budget
+    assert "replays one SFT batch" in replayed.cost_source
+    step = MeasuredStep(step_s=2 * table.sft_s, spent_s=0.0, timed_steps=3)
+    measured = plan_steps(replaying, budget, "float32", step)
+    assert measured.grpo_step_s == 2 * (table.grpo_s + table.sft_s)
+
+
 def test_an_impossible_budget_keeps_the_floors_and_says_so() -> None:
     plan = plan_steps(DEMO, 10, "float32")
     assert (plan.sft_steps, plan.grpo_steps) == (MIN_SFT_STEPS, MIN_GRPO_STEPS)
