@@ -163,6 +163,12 @@ def main() -> None:
         default=["base", "sft", "final"],
         help="Which models the harness scores (sft and final are always paired).",
     )
+    parser.add_argument(
+        "--data-seed",
+        type=int,
+        default=0,
+        help="Seed of the generated dataset; a second seed is a second, independent dataset.",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="Where the JSON goes.")
     args = parser.parse_args()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench-cpu-"))
@@ -179,6 +185,8 @@ def main() -> None:
                 str(args.rows),
                 "--chinese-fraction",
                 "0",
+                "--seed",
+                str(args.data_seed),
             ],
             check=True,
         )
@@ -246,6 +254,8 @@ def main() -> None:
         },
         "spec": str(args.spec.relative_to(Path.cwd()) if args.spec.is_absolute() else args.spec),
         "settings": args.settings,
+        "data_seed": args.data_seed,
+        "rows": args.rows,
         "cpu": cpu_facts(),
         "stage_total_s": round(stage_s, 1),
         "timings_s": {k: round(v, 1) for k, v in training["timings"].items()},
