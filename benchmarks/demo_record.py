@@ -48,6 +48,12 @@ def record(workdir: Path, wall_s: float, label: str) -> dict[str, Any]:
         "training_peak_rss_gib": report.get("peak_rss_gib"),
         "gate": {k: gate.get(k) for k in ("decision", "reasons")},
         "champion_held_out": history[-1]["figures"] if history else None,
+        # `toolrl demo --runs N`: the champion after each scheduled run (issue 31's target:
+        # runs 2 and 3 not worse than run 1 outside the interval)
+        "scheduled_runs": [
+            {key: entry[key] for key in ("run", "promoted", "champion", "figures")}
+            for entry in history
+        ],
     }
 
 
