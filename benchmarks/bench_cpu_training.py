@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.engine.cpu_dtype import cpu_facts
-from training.evaluation.report import paired_bootstrap
+from training.evaluation.paired import paired_against, read_cases
 
 RESULTS = Path(__file__).parent / "results" / "cpu_training.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_smollm2.yaml"
@@ -49,17 +49,6 @@ TARGETS = {
     "exact_call_accuracy": 0.60,
     "abstention_rate": 0.60,
 }
-
-
-def journal(report: Path) -> dict[str, dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    lines = report.with_name(report.name + ".cases.jsonl").read_text().splitlines()[1:]
-    for line in lines:
-        if line.strip():
-            case = json.loads(line)
-            if case.get("sample", 0) == 0:
-                rows[case["case_id"]] = case
-    return rows
 
 
 def evaluate(
@@ -217,22 +206,11 @@ def main() -> None:
                     spec.rollout.max_turns,
                 )
                 print(name, json.dumps(scored[name]["overall"]), flush=True)
-        sft_cases, final_cases = (
-            journal(workdir / "eval" / "sft.json"),
-            journal(workdir / "eval" / "final.json"),
+        grpo_adds = paired_against(
+            read_cases(workdir / "eval" / "sft.json"),
+            read_cases(workdir / "eval" / "final.json"),
+            {"pass": "passed", "exact_call": "exact_calls"},
         )
-        common = sorted(set(sft_cases) & set(final_cases))
-        tool_cases = [c for c in common if sft_cases[c].get("exact_calls") is not None]
-        grpo_adds = {
-            "pass": paired_bootstrap(
-                [float(sft_cases[c]["passed"]) for c in common],
-                [float(final_cases[c]["passed"]) for c in common],
-            ),
-            "exact_call": paired_bootstrap(
-                [float(bool(sft_cases[c]["exact_calls"])) for c in tool_cases],
-                [float(bool(final_cases[c]["exact_calls"])) for c in tool_cases],
-            ),
-        }
         final = scored["final"]["overall"]
         targets = {
             metric: {

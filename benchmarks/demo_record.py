@@ -4,9 +4,10 @@ times, peak memory, the gate's decision and the champion's held-out figures with
     start=$(date +%s); make demo; echo $(( $(date +%s) - start ))    # make demo's wall time
     python benchmarks/demo_record.py runs/demo --wall-s 2083 --label budget-grpo-first
 
-Reads the demo's workdir (the training job's `cpu_report.json`, the DAG's gate decision,
-`reports/champion_history.json`) and appends one entry, with this machine's CPU flags, to
-benchmarks/results/demo_runs.json (the time targets: 20 minutes with native bf16, 35 on AVX2).
+Reads the demo's workdir (the training job's `cpu_report.json`, the DAG's gate decision, the
+champion after each scheduled run with the candidate's paired gain over it: `history.py`) and
+appends one entry, with this machine's CPU flags, to benchmarks/results/demo_runs.json (the time
+targets: 20 minutes with native bf16, 35 on AVX2).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from serving.engine.cpu_dtype import cpu_facts
 from training.ops.demo.budget import BUDGET_MINUTES
+from training.ops.demo.history import champion_history
 
 RESULTS = Path(__file__).parent / "results" / "demo_runs.json"
 
@@ -33,7 +36,7 @@ def newest(workdir: Path, pattern: str) -> Path:
 def record(workdir: Path, wall_s: float, label: str) -> dict[str, Any]:
     report = json.loads(newest(workdir, "pipeline/*/jobs/*/cpu_report.json").read_text())
     gate = json.loads(newest(workdir, "pipeline/*/eval/gate_decision.json").read_text())
-    history = json.loads((workdir / "reports" / "champion_history.json").read_text())
+    history = [asdict(entry) for entry in champion_history(workdir / "pipeline")]
     dtype = str(report["time_budget"]["dtype"]) if report.get("time_budget") else "unknown"
     return {
         "label": label,
@@ -51,7 +54,10 @@ def record(workdir: Path, wall_s: float, label: str) -> dict[str, Any]:
         # `toolrl demo --runs N`: the champion after each scheduled run (issue 31's target:
         # runs 2 and 3 not worse than run 1 outside the interval)
         "scheduled_runs": [
-            {key: entry[key] for key in ("run", "promoted", "champion", "figures")}
+            {
+                key: entry[key]
+                for key in ("run", "promoted", "champion", "figures", "versus_champion")
+            }
             for entry in history
         ],
     }

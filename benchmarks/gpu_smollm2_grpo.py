@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from gpu_verl_smoke import checkpoint_tree, final_validation, mcp_calls, stage_seconds, step_metrics
-from time_pack_quality import paired_against
 
+from training.evaluation.paired import paired_against
 from training.evaluation.report import paired_bootstrap
 
 H200_BF16_PEAK_FLOPS = 989e12

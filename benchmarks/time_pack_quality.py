@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from training.evaluation.paired import paired_against, read_cases
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "time_pack_quality.json"
 TARGETS = {"tool_selection": 0.80, "exact_call": 0.60}
@@ -61,45 +63,6 @@ def figures(cases: Sequence[Any]) -> dict[str, Any]:
         "exact_call": _rate(*counts["exact_call_accuracy"]),
         "abstention": _rate(*counts["abstention_rate"]),
     }
-
-
-PAIRED_FIELDS = {
-    "tool_selection": "selection_ok",
-    "exact_call": "exact_calls",
-    "abstention": "no_call_ok",
-}
-"""Figure name -> the per-case field of `CaseResult` it is paired on."""
-
-
-def paired_against(
-    baseline: Sequence[Any], cases: Sequence[Any], fields: dict[str, str] = PAIRED_FIELDS
-) -> dict[str, Any]:
-    """This model minus the baseline (the SFT stage, say) on the cases both answered: by
-    default tool selection and exact call over tool cases, abstention over no-tool cases,
-    each with a paired bootstrap 90% interval over the cases where the field applies."""
-    from training.evaluation.report import paired_bootstrap
-
-    before = {c.case_id: c for c in baseline}
-    shared = [(before[c.case_id], c) for c in cases if c.case_id in before]
-
-    def paired(field: str) -> dict[str, float]:
-        pairs = [(b, a) for b, a in shared if getattr(a, field) is not None]
-        return paired_bootstrap(
-            [float(bool(getattr(b, field))) for b, _ in pairs],
-            [float(bool(getattr(a, field))) for _, a in pairs],
-        )
-
-    return {name: paired(field) for name, field in fields.items()}
-
-
-def read_cases(report: Path) -> list[Any]:
-    """Sample 0 of every case, from the journal the runner keeps beside the report."""
-    from training.evaluation.runner import journal_path
-    from training.evaluation.scoring import CaseResult
-
-    lines = journal_path(report).read_text(encoding="utf-8").splitlines()[1:]
-    cases = [CaseResult.model_validate_json(line) for line in lines if line.strip()]
-    return [c for c in cases if c.sample == 0]
 
 
 def evaluate_here(model: Path, data: Path, out: Path, max_turns: int) -> Path:

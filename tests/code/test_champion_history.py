@@ -66,7 +66,7 @@ def test_a_first_run_rejected_has_no_champion(tmp_path: Path) -> None:
     run(tmp_path, "only", 1, "reject", metrics(0.1, 0.2, 0.1), None)
     (entry,) = champion_history(tmp_path)
     assert entry.champion == "none" and entry.figures == {}
-    assert history_rows([entry])[0][2:] == ["-", "-", "-"]
+    assert history_rows([entry])[0][2:] == ["-", "-", "-", "-"]
     assert [p.name for p in write_history([entry], tmp_path / "out")] == ["champion_history.json"]
 
 
@@ -105,3 +105,43 @@ def test_history_goes_to_mlflow_as_one_run_stepped_by_scheduled_run(
     ]  # fmt: skip
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert artifacts == {"champion_history.json", "champion_history.png"}
+
+
+def journal(report: Path, exact: list[bool]) -> None:
+    """The runner's journal beside `report`: a header, then one scored case per line."""
+    from training.evaluation.scoring import CaseResult
+
+    lines = [json.dumps({"journal": 1, "fingerprint": "f"})] + [
+        CaseResult(case_id=f"case-{i}", category="single", exact_calls=hit, selection_ok=hit)
+        .model_dump_json()
+        for i, hit in enumerate(exact)
+    ]  # fmt: skip
+    report.with_name(report.name + ".cases.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_each_run_with_a_champion_shows_the_candidates_paired_gain_over_it(
+    pipeline: Path,
+) -> None:
+    # run 3: the champion it was gated against hit 4 of 10 cases, the candidate 7 of the same
+    # 10 (it also fixed three and broke none); a case only one of them answered is left out
+    eval_dir = pipeline / "c-third" / "eval"
+    journal(eval_dir / "champion.json", [True] * 4 + [False] * 6)
+    journal(eval_dir / "candidate.json", [True] * 7 + [False] * 3 + [True])
+    history = champion_history(pipeline)
+    assert history[0].versus_champion is None  # no champion yet: nothing to pair with
+    assert history[1].versus_champion is None  # a champion, but no journals to pair
+    gain = history[2].versus_champion
+    assert gain is not None and gain["cases"] == 10
+    assert (gain["before"], gain["after"], gain["difference"]) == (0.4, 0.7, 0.3)
+    assert 0 < gain["ci90_low"] <= 0.3 <= gain["ci90_high"]
+    rows = history_rows(history)
+    assert rows[0][-1] == "-" and rows[2][-1].startswith("+30.0 [") and rows[2][-1].endswith("n=10")
+    assert ("candidate_minus_champion/exact_call", 0.3, 3) in mlflow_metrics(history)
+
+
+def test_a_torn_journal_leaves_the_gain_out_not_the_history(pipeline: Path) -> None:
+    eval_dir = pipeline / "c-third" / "eval"
+    journal(eval_dir / "champion.json", [True, False])
+    (eval_dir / "candidate.json.cases.jsonl").write_text('{"journal": 1}\n{"case_id": "x", "sam')
+    history = champion_history(pipeline)
+    assert history[2].versus_champion is None and history[2].figures  # the figures still read

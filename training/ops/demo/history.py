@@ -6,6 +6,12 @@ the champion it was compared with, on the same held-out cases (`RUN/gate/gate_de
 candidate if the gate promoted it, else the one it was compared with. This reads those files
 in run order and gives the champion's held-out figures per run with 90% Wilson intervals: a
 table for the terminal, a plot, and JSON (also logged to MLflow by the demo).
+
+Each run's figures are on that run's own held-out cases (fresh data each run), so a change
+between rows mixes what training did with which cases were drawn. What a run's training added
+is measured where both models answered the same cases: a run that had a champion scored it
+beside the candidate, and `versus_champion` is the candidate minus the champion there, paired
+case by case (`training.evaluation.paired`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from training.evaluation.paired import paired_against, read_cases
 from training.evaluation.report import rate_denominators, wilson_interval
 from training.registry.auth import Identity
 
@@ -43,6 +50,9 @@ class RunFigures:
     champion: str
     """candidate (promoted by this run), earlier (kept) or none (no champion yet)."""
     figures: dict[str, Figure]
+    versus_champion: dict[str, float] | None = None
+    """Exact call, the candidate minus the champion it was gated against, on this run's same
+    cases (paired bootstrap: difference, 90% interval, cases); None without a champion."""
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -66,6 +76,18 @@ def _figures(report: dict[str, Any]) -> dict[str, Figure]:
     return found
 
 
+def _versus_champion(eval_dir: Path) -> dict[str, float] | None:
+    """Exact call, candidate minus champion on the same cases, from the gate's two journals."""
+    try:
+        paired = paired_against(
+            read_cases(eval_dir / "champion.json"), read_cases(eval_dir / "candidate.json")
+        )
+    except (OSError, ValueError):  # no champion this run, or a journal that cannot be read
+        return None
+    exact = paired["exact_call"]
+    return exact if exact.get("cases") else None
+
+
 def champion_history(pipeline: Path) -> list[RunFigures]:
     """The champion's figures after each retraining run under `pipeline`, oldest first."""
     decisions = sorted(pipeline.rglob("gate_decision.json"), key=lambda p: p.stat().st_mtime)
@@ -81,12 +103,35 @@ def champion_history(pipeline: Path) -> list[RunFigures]:
             champion, figures = "earlier", _figures(earlier)
         else:
             champion, figures = "none", {}
-        history.append(RunFigures(index, str(run_dir), promoted, champion, figures))
+        history.append(
+            RunFigures(
+                index,
+                str(run_dir),
+                promoted,
+                champion,
+                figures,
+                _versus_champion(run_dir / "eval") if earlier else None,
+            )
+        )
     return history
 
 
+#: The table's last column: what the run's training added, where it can be measured.
+VERSUS_CHAMPION_LABEL = "exact call, candidate - champion (same cases)"
+
+
+def _gain_cell(gain: dict[str, float] | None) -> str:
+    if gain is None:
+        return "-"
+    return (
+        f"{gain['difference'] * 100:+.1f} [{gain['ci90_low'] * 100:+.1f}, "
+        f"{gain['ci90_high'] * 100:+.1f}] n={int(gain['cases'])}"
+    )
+
+
 def history_rows(history: list[RunFigures]) -> list[list[str]]:
-    """One row per run: run, what the champion is, each followed figure with its interval."""
+    """One row per run: run, what the champion is, each followed figure with its interval,
+    and the candidate's paired gain over the champion it was gated against (points)."""
     rows = []
     for entry in history:
         cells = [str(entry.run), entry.champion + (" (promoted)" if entry.promoted else "")]
@@ -97,6 +142,7 @@ def history_rows(history: list[RunFigures]) -> list[list[str]]:
                 if figure is None
                 else f"{figure.value:.0%} [{figure.low:.0%}, {figure.high:.0%}] n={figure.cases}"
             )
+        cells.append(_gain_cell(entry.versus_champion))
         rows.append(cells)
     return rows
 
@@ -141,6 +187,10 @@ def mlflow_metrics(history: list[RunFigures]) -> list[tuple[str, float, int]]:
         (f"champion/{key}", figure.value, entry.run)
         for entry in history
         for key, figure in entry.figures.items()
+    ] + [
+        ("candidate_minus_champion/exact_call", entry.versus_champion["difference"], entry.run)
+        for entry in history
+        if entry.versus_champion is not None
     ]
 
 

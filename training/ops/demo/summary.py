@@ -138,6 +138,7 @@ def champion_history_report(workdir: Path, tracking_uri: str, identity: Identity
 
     from training.ops.demo.history import (
         FOLLOWED,
+        VERSUS_CHAMPION_LABEL,
         champion_history,
         history_rows,
         log_history,
@@ -148,7 +149,7 @@ def champion_history_report(workdir: Path, tracking_uri: str, identity: Identity
     if not history:
         return
     table = Table(title="the champion after each scheduled run (held-out, 90% interval)")
-    for column in ("run", "champion", *(label for _, label in FOLLOWED)):
+    for column in ("run", "champion", *(label for _, label in FOLLOWED), VERSUS_CHAMPION_LABEL):
         table.add_column(column)
     for row in history_rows(history):
         table.add_row(*row)

@@ -1,0 +1,51 @@
+"""Two models on the same cases: the paired difference, read from the harness's journals.
+
+Every evaluation leaves `<report>.cases.jsonl` beside its report (`runner.journal_path`), one
+line per (case, sample). Two models scored on one case set differ by less than their separate
+intervals suggest, because the cases they share move both; so a "did this stage help"
+question is answered here, case by case, with a paired bootstrap (`report.paired_bootstrap`).
+The benchmarks, and the demo's table of scheduled runs, read the same journals through this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from training.evaluation.report import paired_bootstrap
+from training.evaluation.runner import journal_path
+from training.evaluation.scoring import CaseResult
+
+#: Figure name -> the per-case field of `CaseResult` it is paired on.
+PAIRED_FIELDS = {
+    "tool_selection": "selection_ok",
+    "exact_call": "exact_calls",
+    "abstention": "no_call_ok",
+}
+
+
+def read_cases(report: Path) -> list[CaseResult]:
+    """Sample 0 of every case, from the journal the runner keeps beside `report`."""
+    lines = journal_path(report).read_text(encoding="utf-8").splitlines()[1:]  # 1st: header
+    cases = [CaseResult.model_validate_json(line) for line in lines if line.strip()]
+    return [c for c in cases if c.sample == 0]
+
+
+def paired_against(
+    baseline: Sequence[Any], cases: Sequence[Any], fields: dict[str, str] = PAIRED_FIELDS
+) -> dict[str, Any]:
+    """This model minus the baseline (the SFT stage, the champion) on the cases both answered:
+    by default tool selection and exact call over tool cases, abstention over no-tool cases,
+    each with a paired bootstrap 90% interval over the cases where the field applies."""
+    before = {c.case_id: c for c in baseline}
+    shared = [(before[c.case_id], c) for c in cases if c.case_id in before]
+
+    def paired(field: str) -> dict[str, float]:
+        pairs = [(b, a) for b, a in shared if getattr(a, field) is not None]
+        return paired_bootstrap(
+            [float(bool(getattr(b, field))) for b, _ in pairs],
+            [float(bool(getattr(a, field))) for _, a in pairs],
+        )
+
+    return {name: paired(field) for name, field in fields.items()}
