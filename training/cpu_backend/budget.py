@@ -55,11 +55,15 @@ class StepCost:
 
 #: Measured on 2-core hosts (threads 2) with the demo spec's batch sizes.
 STEP_COSTS: dict[str, StepCost] = {
+    # The slower of the two bf16 hosts measured, so the plan printed before the probe does not
+    # promise steps an AVX512-BF16 CPU without AMX cannot take; the AMX host's run (130 SFT
+    # steps in 590 s, 8 GRPO steps in 188 s, cpu_training.json) was about twice as fast.
     "bfloat16": StepCost(
-        sft_s=4.5,
-        grpo_s=23.5,
-        source="AVX512-BF16 host: 130 SFT steps in 590 s, 8 GRPO steps in 188 s "
-        "(benchmarks/results/cpu_training.json)",
+        sft_s=9.5,
+        grpo_s=55.0,
+        source="AMD EPYC with AVX512-BF16, no AMX, 2026-12-06, inside `make demo`: 65 SFT steps "
+        "in 617 s; 8 GRPO steps (no replay, from the champion) in 437 s "
+        "(benchmarks/results/demo_runs.json)",
     ),
     "float32": StepCost(
         sft_s=16.5,
