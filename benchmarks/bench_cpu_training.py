@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.engine.cpu_dtype import cpu_facts
-from training.evaluation.paired import paired_against, read_cases
+from training.evaluation.paired import paired_against, paired_by_category, read_cases
 
 RESULTS = Path(__file__).parent / "results" / "cpu_training.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_smollm2.yaml"
@@ -49,6 +49,9 @@ TARGETS = {
     "exact_call_accuracy": 0.60,
     "abstention_rate": 0.60,
 }
+
+#: What GRPO adds over its SFT start, paired case by case: overall and within each category.
+GRPO_ADDS_FIELDS = {"pass": "passed", "exact_call": "exact_calls", "tool_selection": "selection_ok"}
 
 
 def evaluate(
@@ -206,11 +209,12 @@ def main() -> None:
                     spec.rollout.max_turns,
                 )
                 print(name, json.dumps(scored[name]["overall"]), flush=True)
-        grpo_adds = paired_against(
+        sft_cases, final_cases = (
             read_cases(workdir / "eval" / "sft.json"),
             read_cases(workdir / "eval" / "final.json"),
-            {"pass": "passed", "exact_call": "exact_calls"},
         )
+        grpo_adds = paired_against(sft_cases, final_cases, GRPO_ADDS_FIELDS)
+        grpo_adds_by_category = paired_by_category(sft_cases, final_cases, GRPO_ADDS_FIELDS)
         final = scored["final"]["overall"]
         targets = {
             metric: {
@@ -259,6 +263,7 @@ def main() -> None:
         },
         "held_out_eval": scored,
         "grpo_adds": grpo_adds,
+        "grpo_adds_by_category": grpo_adds_by_category,
         "targets_final_model": targets,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -49,3 +49,20 @@ def paired_against(
         )
 
     return {name: paired(field) for name, field in fields.items()}
+
+
+def paired_by_category(
+    baseline: Sequence[Any], cases: Sequence[Any], fields: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """`paired_against` within each category: a stage can lift the overall rate while one
+    category falls, and a drop outside its interval is what the overall figure hides."""
+    categories = sorted({c.category for c in cases})
+    figures = {}
+    for category in categories:
+        paired = paired_against(
+            [c for c in baseline if c.category == category],
+            [c for c in cases if c.category == category],
+            fields,
+        )
+        figures[category] = {name: p for name, p in paired.items() if p.get("cases")}
+    return figures
