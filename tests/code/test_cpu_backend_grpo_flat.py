@@ -17,12 +17,22 @@ def test_a_batch_is_flat_only_when_every_advantage_is_zero() -> None:
     assert not is_flat(torch.tensor([0.0, -1e-6]))
 
 
-def test_a_flat_batch_gives_no_parameter_a_gradient_and_is_counted() -> None:
+def test_a_flat_batch_gives_no_parameter_a_gradient() -> None:
     model = torch.nn.Linear(4, 4)
-    trainer = SimpleNamespace(flat_batches=0, sft_replay=None)
+    trainer = SimpleNamespace(sft_replay=None)
     loss = SharedPrefixGRPOTrainer._compute_loss(  # type: ignore[arg-type]
         trainer, model, {"advantages": torch.zeros(8)}
     )
     loss.backward()
-    assert float(loss) == 0.0 and trainer.flat_batches == 1
+    assert float(loss.detach()) == 0.0
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_flat_step_is_counted_once_whatever_its_micro_batches() -> None:
+    """Counted on the step's whole generation: its micro-batches (`cpu.grpo_micro_batches`)
+    each skip the policy loss, and the step counts once."""
+    trainer = SimpleNamespace(flat_batches=0)
+    count = SharedPrefixGRPOTrainer._count_if_flat
+    count(trainer, torch.zeros(16))  # type: ignore[arg-type]
+    count(trainer, torch.tensor([0.0, 0.5, -0.5, 0.0]))  # type: ignore[arg-type]
+    assert trainer.flat_batches == 1

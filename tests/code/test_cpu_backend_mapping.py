@@ -44,12 +44,30 @@ def test_demo_spec_maps_onto_a_valid_trl_config(tmp_path: Path) -> None:
     assert rollouts.max_turns == spec.rollout.max_turns
     assert rollouts.temperature == spec.rollout.temperature
     assert rollouts.completion_budget == spec.cpu.max_completion_length
-    assert rollouts.max_rows == config.per_device_train_batch_size  # one batch decodes at once
+    assert rollouts.max_rows == config.generation_batch_size  # one batch decodes at once
     assert config.max_steps == spec.cpu.grpo_steps
     assert config.save_steps == spec.checkpoint.save_freq
     assert config.loss_type == "grpo"
     assert config.chat_template_kwargs == {"enable_thinking": False}
     assert config.use_cpu is True and config.bf16 is False
+
+
+def test_micro_batches_split_the_update_not_the_generation(tmp_path: Path) -> None:
+    """`cpu.grpo_micro_batches`: one generation of prompts x n rollouts per optimizer step,
+    its update in that many backward passes (TRL's accumulation), on-policy throughout."""
+    from trl.trainer.grpo_config import GRPOConfig
+
+    spec = make_spec(rollout={"n": 4}, cpu={"prompts_per_step": 4, "grpo_micro_batches": 2})
+    config = GRPOConfig(**grpo_arguments(spec, tmp_path))
+    assert config.generation_batch_size == 16  # every rollout of the step, generated at once
+    assert config.per_device_train_batch_size == 8
+    assert config.gradient_accumulation_steps == config.steps_per_generation == 2
+    assert rollout_settings(spec).max_rows == 16
+    for bad in (3, 32):  # must divide the step's 16 rollouts
+        with pytest.raises(ValueError, match=r"cpu\.grpo_micro_batches \(\d+\) must divide"):
+            make_spec(rollout={"n": 4}, cpu={"prompts_per_step": 4, "grpo_micro_batches": bad})
+    with pytest.raises(ValueError, match="grpo_micro_batches"):
+        make_spec(cpu={"grpo_micro_batches": 0})
 
 
 @pytest.mark.parametrize(

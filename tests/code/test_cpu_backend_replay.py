@@ -129,7 +129,6 @@ def test_a_flat_grpo_step_still_takes_the_replay_and_logs_it(
     replay = replay_of(builtin_data_300, tiny_model_dir, grpo_sft_replay_coef=1.0)
     metrics: dict[str, dict[str, list[float]]] = {"train": {"sft_replay_loss": []}}
     trainer = SimpleNamespace(
-        flat_batches=0,
         sft_replay=replay,
         state=SimpleNamespace(global_step=0),
         _metrics=metrics,
@@ -138,6 +137,9 @@ def test_a_flat_grpo_step_still_takes_the_replay_and_logs_it(
         trainer,  # type: ignore[arg-type]
         m,
     )
+    trainer._first_micro_batch = lambda: SharedPrefixGRPOTrainer._first_micro_batch(
+        trainer  # type: ignore[arg-type]
+    )
     loss = SharedPrefixGRPOTrainer._compute_loss(
         trainer,  # type: ignore[arg-type]
         model,
@@ -145,9 +147,28 @@ def test_a_flat_grpo_step_still_takes_the_replay_and_logs_it(
     )
     loss.backward()
     value = float(loss.detach())
-    assert trainer.flat_batches == 1 and value > 0
+    assert value > 0
     assert metrics["train"]["sft_replay_loss"] == [pytest.approx(value)]
     assert any(p.grad is not None for p in model.parameters())
+
+
+def test_the_replay_rides_on_each_steps_first_micro_batch_only() -> None:
+    """With `cpu.grpo_micro_batches` TRL calls the loss once per micro-batch (`_step` counts
+    them); the replay is one term per optimizer step, as without micro-batches."""
+    first = SharedPrefixGRPOTrainer._first_micro_batch
+    for step, expected in ((0, True), (1, False), (2, True), (3, False)):
+        trainer = SimpleNamespace(_step=step, current_gradient_accumulation_steps=2)
+        assert first(trainer) is expected  # type: ignore[arg-type]
+    alone = SimpleNamespace(_step=5, current_gradient_accumulation_steps=1)
+    assert first(alone)  # type: ignore[arg-type]
+    model = torch.nn.Linear(4, 4)
+    later = SimpleNamespace(sft_replay=object(), _first_micro_batch=lambda: False)
+    loss = SharedPrefixGRPOTrainer._compute_loss(  # type: ignore[arg-type]
+        later, model, {"advantages": torch.zeros(4)}
+    )
+    loss.backward()  # a flat later micro-batch: no replay, no gradient
+    assert float(loss.detach()) == 0.0
+    assert all(p.grad is None for p in model.parameters())
 
 
 def test_rows_all_too_long_are_a_clear_error(builtin_data_300: Path, tiny_model_dir: Path) -> None:

@@ -51,6 +51,8 @@ SPEC: dict[str, Any] = {
         "grpo_steps": GRPO_STEPS,
         "prompts_per_step": PROMPTS,
         "resample_rounds": 1,  # dynamic sampling on: flat groups replaced by drawn rows
+        "grpo_micro_batches": 2,  # each step's update in two backward passes
+        "grpo_sft_replay_coef": 1.0,  # with the SFT replay on the first of them
         "max_completion_length": 32,
         "max_truncated_fraction": 1.0,  # tiny-model plumbing test: cut rollouts on purpose
         "eval_rows": 2,
@@ -158,6 +160,9 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
         assert 0 <= step["flat_groups_kept"] <= step["flat_groups_drawn"] <= PROMPTS
         assert step["extra_rollouts"] <= step["flat_groups_drawn"] * 2  # one round, n=2
     assert len(report["grpo"]["zero_std_fractions"]) == GRPO_STEPS
+    # one replay term per optimizer step (not per micro-batch), killed run's steps included
+    replayed = report["grpo"]["sft_replay_losses"]
+    assert len(replayed) == GRPO_STEPS and all(value > 0 for value in replayed)
     assert sft_final.stat().st_mtime_ns == sft_stamp  # the warm start was not redone
     assert set(report["evals"]) == {"before", "sft", "grpo"}
     expected = choose("auto", cpu_flags())

@@ -64,9 +64,10 @@ def grpo_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
         "max_grad_norm": spec.optim.grad_clip,
         "warmup_steps": spec.optim.warmup_steps,
         "lr_scheduler_type": "constant_with_warmup",
-        "per_device_train_batch_size": cpu.prompts_per_step * rollout.n,
-        "gradient_accumulation_steps": 1,
-        "steps_per_generation": 1,
+        # one generation per optimizer step, its update in `grpo_micro_batches` backward passes
+        "per_device_train_batch_size": cpu.prompts_per_step * rollout.n // cpu.grpo_micro_batches,
+        "gradient_accumulation_steps": cpu.grpo_micro_batches,
+        "steps_per_generation": cpu.grpo_micro_batches,
         "num_iterations": 1,
         "num_generations": rollout.n,
         "max_completion_length": cpu.max_completion_length,
@@ -180,14 +181,19 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
     _tool_mask: Any = None
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        # With `cpu.grpo_micro_batches`, TRL calls this once per micro-batch of the step's
+        # rollouts (its loss already scaled for the accumulation); the replay is one term
+        # per optimizer step, so it rides on the step's first micro-batch only.
+        replay = self.sft_replay is not None and self._first_micro_batch()
         if is_flat(inputs["advantages"]):
-            # Every group scored alike: the policy gradient is zero. A backward pass would
-            # leave only the KL term, and AdamW (momentum, per-weight normalisation) would
-            # turn that into a full-size step along the *previous* batch's direction. So no
-            # signal, no update from RL: no parameter gets a gradient and the optimizer
-            # skips them (the SFT replay, a signal of its own, still applies).
-            self.flat_batches += 1
-            if self.sft_replay is None:
+            # Every rollout here scored like the rest of its group: the policy gradient is
+            # zero. A backward pass would leave only the KL term, and AdamW (momentum,
+            # per-weight normalisation) would turn a whole step of that into a full-size
+            # step along the *previous* batch's direction. So no signal, no update from RL:
+            # no parameter gets a gradient from here and, when the whole step is flat
+            # (counted in `_generate_and_score_completions`), the optimizer skips them (the
+            # SFT replay, a signal of its own, still applies).
+            if not replay:
                 return torch.zeros((), requires_grad=True)
             return self._replay_loss(model)
         # TRL masks tool tokens out of the loss after computing their log-probabilities;
@@ -197,7 +203,13 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
             loss = super()._compute_loss(model, inputs)  # type: ignore[no-untyped-call]
         finally:
             self._tool_mask = None
-        return loss if self.sft_replay is None else loss + self._replay_loss(model)
+        return loss + self._replay_loss(model) if replay else loss
+
+    def _first_micro_batch(self) -> bool:
+        """Whether this loss is the optimizer step's first micro-batch (TRL counts
+        micro-batches in `_step`, advanced after each one)."""
+        accumulation = int(getattr(self, "current_gradient_accumulation_steps", 1) or 1)
+        return int(getattr(self, "_step", 0)) % accumulation == 0
 
     def _replay_loss(self, model: Any) -> torch.Tensor:
         """This step's SFT replay term (`replay.py`), logged as `sft_replay_loss`."""
@@ -211,9 +223,17 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
         # travel beside them
         self.toolrl_batch_rows = inputs
         try:
-            return super()._generate_and_score_completions(inputs)
+            output = super()._generate_and_score_completions(inputs)
         finally:
             self.toolrl_batch_rows = []
+        self._count_if_flat(output["advantages"])
+        return output
+
+    def _count_if_flat(self, advantages: torch.Tensor) -> None:
+        """A step whose groups all scored alike makes no RL update: counted once per step
+        (here, on the whole generation), not per micro-batch of its update."""
+        if is_flat(advantages):
+            self.flat_batches += 1
 
     def _get_per_token_logps_and_entropies(
         self,
