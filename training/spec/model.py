@@ -248,8 +248,8 @@ class CpuSection(_Section):
         "answer; after a tool result, go on with a chain or stop) counts this many times: "
         "the one decision GRPO moved for every category at once (replay.py). Measured on "
         "SmolLM2-135M with coef 1.0 (docs/parts/cpu_backend.md): 15 kept multi-step chains "
-        "but held the over-calling; 4 kept the chains and gave pass +9.1 points [+4.5, +13.6] "
-        "over the SFT start (198 cases, one seed).",
+        "but held the over-calling; in float32 4 kept them too, in bf16 they fell with 4 "
+        "and held with 8 (exact call +19.8 and +16.9 points over the SFT start, two seeds).",
     )
     grpo_micro_batches: int = Field(
         default=1,
