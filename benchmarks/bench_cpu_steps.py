@@ -168,6 +168,24 @@ def _shared(sequences: Sequence[Sequence[int]]) -> int:
     return length
 
 
+def update_tensors(trajectories: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Trajectories laid out as TRL's update takes them: `ids` and `attention` with prompts
+    left-padded and completions right-padded, and the completion columns the model sampled
+    (1; tool responses 0)."""
+    width_p = max(len(t.prompt_ids) for t in trajectories)
+    width_c = max(len(t.completion_ids) for t in trajectories)
+    ids = torch.zeros((len(trajectories), width_p + width_c), dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    sampled = torch.zeros((len(trajectories), width_c), dtype=torch.long)
+    for i, t in enumerate(trajectories):
+        ids[i, width_p - len(t.prompt_ids) : width_p] = torch.tensor(t.prompt_ids)
+        attention[i, width_p - len(t.prompt_ids) : width_p] = 1
+        ids[i, width_p : width_p + len(t.completion_ids)] = torch.tensor(t.completion_ids)
+        attention[i, width_p : width_p + len(t.completion_ids)] = 1
+        sampled[i, : len(t.completion_ids)] = torch.tensor(t.model_token_mask)
+    return ids, attention, sampled
+
+
 def grpo_phases(
     model: Any, renderer: Any, rows: Sequence[dict[str, Any]], spec: Any, shape: Shape, mcp_url: str
 ) -> dict[str, Any]:
@@ -195,17 +213,8 @@ def grpo_phases(
     mean_keys = sum(len(p) for p in prompts) / len(prompts)
     generation_flops = shape.body(prefill + decoded, mean_keys) + shape.head(sampled)
 
-    width_p = max(len(p) for p in prompts)
-    width_c = max(len(t.completion_ids) for t in trajectories)
-    ids = torch.zeros((len(trajectories), width_p + width_c), dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    trained = torch.zeros((len(trajectories), width_c), dtype=torch.long)
-    for i, t in enumerate(trajectories):
-        ids[i, width_p - len(t.prompt_ids) : width_p] = torch.tensor(t.prompt_ids)
-        attention[i, width_p - len(t.prompt_ids) : width_p] = 1
-        ids[i, width_p : width_p + len(t.completion_ids)] = torch.tensor(t.completion_ids)
-        attention[i, width_p : width_p + len(t.completion_ids)] = 1
-        trained[i, : len(t.completion_ids)] = torch.tensor(t.model_token_mask)
+    ids, attention, trained = update_tensors(trajectories)
+    width_c = trained.shape[1]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7)
     model.train()
     start = time.perf_counter()

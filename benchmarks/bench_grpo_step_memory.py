@@ -78,7 +78,7 @@ def _load(dtype: str) -> tuple[Any, Any, Any]:
 
 def generate(scratch: Path, prompts: int, dtype: str) -> dict[str, Any]:
     """One GRPO step's rollouts as the tensors the update takes; saved for the variants."""
-    from bench_cpu_steps import demo_rows
+    from bench_cpu_steps import demo_rows, update_tensors
 
     from serving.mcp_server.config import ServerConfig
     from serving.mcp_server.server import start
@@ -98,22 +98,12 @@ def generate(scratch: Path, prompts: int, dtype: str) -> dict[str, Any]:
         trajectories = run_episodes(
             model, renderer, server.url, jobs, rollout_settings(spec), spec.cpu.threads
         )
-    width_p = max(len(t.prompt_ids) for t in trajectories)
-    width_c = max(len(t.completion_ids) for t in trajectories)
-    ids = torch.zeros((len(trajectories), width_p + width_c), dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    sampled = torch.zeros((len(trajectories), width_c), dtype=torch.long)
-    for i, t in enumerate(trajectories):
-        ids[i, width_p - len(t.prompt_ids) : width_p] = torch.tensor(t.prompt_ids)
-        attention[i, width_p - len(t.prompt_ids) : width_p] = 1
-        ids[i, width_p : width_p + len(t.completion_ids)] = torch.tensor(t.completion_ids)
-        attention[i, width_p : width_p + len(t.completion_ids)] = 1
-        sampled[i, : len(t.completion_ids)] = torch.tensor(t.model_token_mask)
+    ids, attention, sampled = update_tensors(trajectories)
     torch.save({"ids": ids, "attention": attention, "sampled": sampled}, scratch / "step.pt")
     return {
         "rollouts": len(trajectories),
-        "prompt_width": width_p,
-        "completion_width": width_c,
+        "prompt_width": ids.shape[1] - sampled.shape[1],
+        "completion_width": sampled.shape[1],
         "sampled_tokens": int(sampled.sum()),
     }
 
