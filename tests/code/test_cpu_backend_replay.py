@@ -232,3 +232,50 @@ def test_turn_start_weight_is_bounded_and_needs_the_frozen_context() -> None:
             CpuSection(grpo_sft_replay_turn_weight=bad)
     with pytest.raises(ValidationError, match="frozen-context SFT loss only"):
         CpuSection(frozen_context=False, grpo_sft_replay_turn_weight=5)
+
+
+def test_replay_boundary_weight_defaults_to_sfts_and_can_be_set_apart(
+    builtin_data_300: Path, tiny_model_dir: Path
+) -> None:
+    """`cpu.grpo_sft_replay_boundary_weight`: unset, the replay weighs the parallel-call
+    decision as SFT did; set, the replay alone takes the new weight (SFT's stays), and 1
+    turns the replay's boundary weighting off."""
+    as_sft = replay_of(
+        builtin_data_300, tiny_model_dir, grpo_sft_replay_coef=1.0, sft_call_boundary_weight=15
+    )
+    assert as_sft.boundary is not None and as_sft.boundary.weight == 15
+    heavier = replay_of(
+        builtin_data_300,
+        tiny_model_dir,
+        grpo_sft_replay_coef=1.0,
+        sft_call_boundary_weight=15,
+        grpo_sft_replay_boundary_weight=40,
+    )
+    assert heavier.boundary is not None and heavier.boundary.weight == 40
+    assert heavier.boundary.token_id == as_sft.boundary.token_id
+    off = replay_of(
+        builtin_data_300,
+        tiny_model_dir,
+        grpo_sft_replay_coef=1.0,
+        sft_call_boundary_weight=15,
+        grpo_sft_replay_boundary_weight=1,
+    )
+    assert off.boundary is None
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    with torch.no_grad():
+        assert (
+            float(heavier.loss(model, 0)) > float(as_sft.loss(model, 0)) > float(off.loss(model, 0))
+        )
+
+
+def test_replay_boundary_weight_is_bounded_and_needs_the_frozen_context() -> None:
+    assert CpuSection().grpo_sft_replay_boundary_weight is None
+    for bad in (0.5, 0, 101, "heavy"):
+        with pytest.raises(ValidationError):
+            CpuSection(grpo_sft_replay_boundary_weight=bad)
+    with pytest.raises(ValidationError, match="grpo_sft_replay_boundary_weight"):
+        CpuSection(frozen_context=False, grpo_sft_replay_boundary_weight=5)
+    unweighted = CpuSection(frozen_context=False, grpo_sft_replay_boundary_weight=1)
+    assert unweighted.grpo_sft_replay_boundary_weight == 1

@@ -103,6 +103,6 @@ def sft_replay(
         int(pad),
         cpu.frozen_context,
         cpu.sft_question_gradient,
-        call_boundary(spec, tokenizer),
+        call_boundary(spec, tokenizer, cpu.grpo_sft_replay_boundary_weight),
         cpu.grpo_sft_replay_turn_weight,
     )

@@ -185,10 +185,13 @@ def call_close_token(tokenizer: Any) -> int:
     return int(ids[0])
 
 
-def call_boundary(spec: TrainingSpec, tokenizer: Any) -> CallBoundary | None:
-    """The spec's `cpu.sft_call_boundary_weight` on this tokenizer's `</tool_call>` (None
-    when the weight is 1: every token counts alike)."""
-    weight = spec.cpu.sft_call_boundary_weight
+def call_boundary(
+    spec: TrainingSpec, tokenizer: Any, weight: float | None = None
+) -> CallBoundary | None:
+    """`weight` (default: the spec's `cpu.sft_call_boundary_weight`) on this tokenizer's
+    `</tool_call>`; None when the weight is 1: every token counts alike."""
+    if weight is None:
+        weight = spec.cpu.sft_call_boundary_weight
     return CallBoundary(call_close_token(tokenizer), weight) if weight != 1.0 else None
 
 

@@ -32,6 +32,11 @@ def read_cases(report: Path) -> list[CaseResult]:
     return [c for c in cases if c.sample == 0]
 
 
+def _value(field: bool | float | None) -> float:
+    """A per-case figure as a number: a yes/no field is 1 or 0, a share is itself."""
+    return 0.0 if field is None else float(field)
+
+
 def paired_against(
     baseline: Sequence[Any], cases: Sequence[Any], fields: dict[str, str] = PAIRED_FIELDS
 ) -> dict[str, Any]:
@@ -44,8 +49,8 @@ def paired_against(
     def paired(field: str) -> dict[str, float]:
         pairs = [(b, a) for b, a in shared if getattr(a, field) is not None]
         return paired_bootstrap(
-            [float(bool(getattr(b, field))) for b, _ in pairs],
-            [float(bool(getattr(a, field))) for _, a in pairs],
+            [_value(getattr(b, field)) for b, _ in pairs],
+            [_value(getattr(a, field)) for _, a in pairs],
         )
 
     return {name: paired(field) for name, field in fields.items()}

@@ -68,6 +68,18 @@ class CaseResult(BaseModel):
     error: str | None = None
     final_answer: str = ""
 
+    @property
+    def exact_call_share(self) -> float | None:
+        """Share of the expected calls made with the right tool and arguments (None on a
+        case that expects none). Per call, where `exact_calls` is all-or-nothing: on a
+        two-call case a model that drops a wrong second call loses right tool and keeps this,
+        one that loses a right call loses this."""
+        if not self.expected_matched:
+            return None
+        return sum(1 for _, matched in self.expected_matched if matched) / len(
+            self.expected_matched
+        )
+
 
 def _actual_keys(
     trajectory: Trajectory, registry: ToolRegistry, free: dict[str, frozenset[str]]

@@ -251,6 +251,15 @@ class CpuSection(_Section):
         "but held the over-calling; in float32 4 kept them too, in bf16 they fell with 4 "
         "and held with 8 (exact call +19.8 and +16.9 points over the SFT start, two seeds).",
     )
+    grpo_sft_replay_boundary_weight: float | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description="In the SFT replay, the weight of the token after each </tool_call> "
+        "(another call in the same turn, or end the turn): the parallel-call decision, which "
+        "GRPO on single questions pushes towards 'stop after one call'. None: "
+        "sft_call_boundary_weight, as SFT weighed it.",
+    )
     grpo_micro_batches: int = Field(
         default=1,
         ge=1,
@@ -361,6 +370,11 @@ class CpuSection(_Section):
             raise ValueError(
                 "cpu.sft_call_boundary_weight applies to the frozen-context SFT loss only: "
                 "set cpu.frozen_context: true, or leave the weight at 1.0"
+            )
+        if self.grpo_sft_replay_boundary_weight not in (None, 1.0) and not self.frozen_context:
+            raise ValueError(
+                "cpu.grpo_sft_replay_boundary_weight applies to the frozen-context SFT loss "
+                "only: set cpu.frozen_context: true, or leave it unset"
             )
         if self.grpo_sft_replay_turn_weight != 1.0 and not self.frozen_context:
             raise ValueError(
