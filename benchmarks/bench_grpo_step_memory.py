@@ -22,11 +22,13 @@ and nothing else.
 Then, because one step in a fresh process is not a training run (the resident set climbs
 from step to step as glibc keeps freed pages), `--job` runs the real training stage
 (`python -m training.jobs.entry --backend cpu`, the demo spec after a short SFT) once per
-`cpu.grpo_micro_batches` value and reads each run's peak RSS per phase from its
+`--job-runs` setting (`cpu.grpo_micro_batches` 1 or 2) and reads
+each run's peak RSS per phase, and its resident set after every GRPO step, from its
 `cpu_report.json`, with its GRPO seconds.
 
     python benchmarks/bench_grpo_step_memory.py [--prompts 4] [--dtype auto] [--out FILE]
-    python benchmarks/bench_grpo_step_memory.py --job [--sft-steps 10] [--grpo-steps 4]
+    python benchmarks/bench_grpo_step_memory.py --job [--sft-steps 10] [--grpo-steps 4] \
+        [--job-runs micro_batches_1] [--out FILE]
 
 Writes benchmarks/results/grpo_step_memory.json, or with --job grpo_job_memory.json
 (or --out). Run it alone.
@@ -51,7 +53,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))  # benchmark scripts are files, not
 
 RESULTS = REPO / "benchmarks" / "results" / "grpo_step_memory.json"
 JOB_RESULTS = REPO / "benchmarks" / "results" / "grpo_job_memory.json"
-JOB_MICRO_BATCHES = (1, 2)
+#: `--job` runs: name -> the `cpu` fields it changes in the demo spec (`--job-runs` picks).
+JOB_RUNS: dict[str, dict[str, Any]] = {
+    "micro_batches_1": {"grpo_micro_batches": 1},
+    "micro_batches_2": {"grpo_micro_batches": 2},
+}
 SPEC = REPO / "training" / "specs" / "cpu_smollm2.yaml"
 VARIANTS = ("summed", "replay_first", "policy_first", "policy_in_halves")
 
@@ -165,9 +171,10 @@ def variant(name: str, scratch: Path, dtype: str) -> dict[str, Any]:
     }
 
 
-def job_peaks(scratch: Path, sft_steps: int, grpo_steps: int) -> dict[str, Any]:
-    """The training stage, once per `cpu.grpo_micro_batches` in `JOB_MICRO_BATCHES`, on one
-    generated dataset: each run's peak RSS per phase and GRPO seconds."""
+def job_peaks(scratch: Path, sft_steps: int, grpo_steps: int, names: list[str]) -> dict[str, Any]:
+    """The training stage once per `JOB_RUNS` entry in `names`, on one generated dataset:
+    each run's peak RSS per phase, its resident set and peak after every GRPO step, and its
+    GRPO seconds."""
     import yaml
 
     data = scratch / "data"
@@ -175,32 +182,32 @@ def job_peaks(scratch: Path, sft_steps: int, grpo_steps: int) -> dict[str, Any]:
     generate_command += ["--out", str(data), "--n", "600"]
     subprocess.run(generate_command, check=True, cwd=REPO)
     runs: dict[str, Any] = {}
-    for micro in JOB_MICRO_BATCHES:
-        workdir = scratch / f"job-{micro}"
+    for name in names:
+        workdir = scratch / f"job-{name}"
         workdir.mkdir()
         (workdir / "data").symlink_to(data)
         spec = yaml.safe_load(SPEC.read_text())
         spec["cpu"].update(
-            sft_steps=sft_steps,
-            grpo_steps=grpo_steps,
-            eval_rows=0,
-            time_budget_s=None,
-            grpo_micro_batches=micro,
+            sft_steps=sft_steps, grpo_steps=grpo_steps, eval_rows=0, time_budget_s=None
         )
+        spec["cpu"].update(JOB_RUNS[name])
         (workdir / "spec.yaml").write_text(yaml.safe_dump(spec))
         command = [sys.executable, "-m", "training.jobs.entry", "--spec", "spec.yaml"]
-        command += ["--run-key", f"mem-{micro}", "--backend", "cpu", "--workdir", str(workdir)]
+        command += ["--run-key", f"mem-{name}", "--backend", "cpu", "--workdir", str(workdir)]
         started = time.perf_counter()
         subprocess.run(command, check=True, cwd=workdir, capture_output=True, text=True)
         report = json.loads((workdir / "cpu_report.json").read_text())
-        runs[f"micro_batches_{micro}"] = {
+        runs[name] = {
+            "cpu": JOB_RUNS[name],
             "wall_s": round(time.perf_counter() - started, 1),
             "peak_rss_gib": report["peak_rss_gib"],
             "resident_after_gib": report["resident_after_gib"],
+            "grpo_rss_gib_per_step": report["grpo"].get("rss_gib"),
+            "grpo_peak_rss_gib_per_step": report["grpo"].get("peak_rss_gib"),
             "grpo_s": round(report["timings"]["grpo_s"], 1),
             "rewards": report["grpo"]["rewards"],
         }
-        print(f"micro_batches={micro}: {runs[f'micro_batches_{micro}']}", flush=True)
+        print(f"{name}: {runs[name]}", flush=True)
     return {"sft_steps": sft_steps, "grpo_steps": grpo_steps, "dataset_rows": 600, **runs}
 
 
@@ -212,6 +219,13 @@ def main() -> None:
     parser.add_argument("--job", action="store_true", help="Compare whole training runs.")
     parser.add_argument("--sft-steps", type=int, default=10, help="--job: SFT steps first.")
     parser.add_argument("--grpo-steps", type=int, default=4, help="--job: GRPO steps.")
+    parser.add_argument(
+        "--job-runs",
+        nargs="+",
+        choices=sorted(JOB_RUNS),
+        default=["micro_batches_1", "micro_batches_2"],
+        help="--job: which runs (each one changes the demo spec's cpu section).",
+    )
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -227,7 +241,7 @@ def main() -> None:
 
     if args.job:
         with tempfile.TemporaryDirectory(prefix="bench-grpo-job-") as folder:
-            job = job_peaks(Path(folder), args.sft_steps, args.grpo_steps)
+            job = job_peaks(Path(folder), args.sft_steps, args.grpo_steps, args.job_runs)
         write(args.out or JOB_RESULTS, {"machine": cpu_facts(), "dtype": dtype, **job})
         return
     with tempfile.TemporaryDirectory(prefix="bench-grpo-mem-") as folder:

@@ -163,6 +163,10 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     # one replay term per optimizer step (not per micro-batch), killed run's steps included
     replayed = report["grpo"]["sft_replay_losses"]
     assert len(replayed) == GRPO_STEPS and all(value > 0 for value in replayed)
+    # the resident set and the peak after every step, the killed run's steps included
+    rss, peaks = report["grpo"]["rss_gib"], report["grpo"]["peak_rss_gib"]
+    assert len(rss) == len(peaks) == GRPO_STEPS
+    assert all(0 < now <= peak for now, peak in zip(rss, peaks, strict=True))
     assert sft_final.stat().st_mtime_ns == sft_stamp  # the warm start was not redone
     assert set(report["evals"]) == {"before", "sft", "grpo"}
     expected = choose("auto", cpu_flags())

@@ -32,6 +32,7 @@ from training.cpu_backend.checkpoints import (
     read_data_state,
 )
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer
+from training.cpu_backend.memory import PEAK_KEY, RSS_KEY, MemoryCallback
 from training.cpu_backend.packed_loss import frozen_context_completion_logps
 from training.cpu_backend.precision import PrecisionMixin
 from training.cpu_backend.prefix import completion_logps
@@ -153,6 +154,10 @@ class GrpoResult:
     """Per step with dynamic sampling: flat groups drawn and kept, extra rollouts."""
     sft_replay_losses: list[float] = field(default_factory=list)
     """Per step with `cpu.grpo_sft_replay_coef`: the replay term added to the loss."""
+    rss_gib: list[float] = field(default_factory=list)
+    """Per step, the process's resident set after it (GiB; `memory.MemoryCallback`)."""
+    peak_rss_gib: list[float] = field(default_factory=list)
+    """Per step, the process's peak resident set so far (GiB)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -397,7 +402,13 @@ def run_grpo(
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
             rollout_func=episode_rollouts(spec, tokenizer, mcp_url, rows, mcp_token),
-            callbacks=[layout, drift, meter, *(callbacks or [])],
+            callbacks=[
+                layout,
+                drift,
+                meter,
+                MemoryCallback(),  # before the callbacks that forward logs
+                *(callbacks or []),
+            ],
         )
     trainer.frozen_context = spec.cpu.frozen_context
     trainer.sft_replay = replay
@@ -431,4 +442,6 @@ def run_grpo(
             if any(k.startswith(prefix) for k in e)
         ],
         sft_replay_losses=[float(e["sft_replay_loss"]) for e in logged if "sft_replay_loss" in e],
+        rss_gib=[float(e[RSS_KEY]) for e in logged if RSS_KEY in e],
+        peak_rss_gib=[float(e[PEAK_KEY]) for e in logged if PEAK_KEY in e],
     )

@@ -10,7 +10,6 @@ started again skips what is done and continues the rest from its last checkpoint
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ from training.cpu_backend.compute_dtype import DtypeChoice, pinned_choice
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer, list_tools
 from training.cpu_backend.export import export_model
 from training.cpu_backend.grpo import ROLLOUTS_FILE, GrpoResult, run_grpo
+from training.cpu_backend.memory import release_memory
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.quick_eval import evaluate
@@ -151,39 +151,6 @@ def quick_eval(
     )
     _write_json(cache_file, payload)
     return payload
-
-
-def release_memory(resident: dict[str, float] | None = None, phase: str = "") -> float:
-    """Free what a finished phase left behind and return the process's peak RSS so far (GiB);
-    `resident[phase]` gets what stays resident after the trim.
-
-    Each phase (SFT, GRPO, an eval) builds its own model, optimizer and caches; once it
-    returns they are garbage, but glibc keeps the freed pages in its arenas, so without a
-    trim the next phase stacks on top (measured: 9.3 GB during GRPO after SFT in one
-    process, against 5.2 GB for GRPO alone)."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    status = _proc_status_gib(("VmHWM:", "VmRSS:"))
-    if resident is not None and phase:
-        resident[phase] = status.get("VmRSS:", 0.0)
-    return status.get("VmHWM:", 0.0)
-
-
-def _proc_status_gib(keys: tuple[str, ...]) -> dict[str, float]:
-    found: dict[str, float] = {}
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                key = line.split(maxsplit=1)[0] if line.strip() else ""
-                if key in keys:
-                    found[key] = round(int(line.split()[1]) / 1024**2, 2)
-    except OSError:
-        pass
-    return found
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -310,6 +277,8 @@ def _grpo_report(grpo: GrpoResult, budget: RolloutBudget, run_dir: Path) -> dict
         "zero_std_fractions": grpo.zero_std_fractions,
         "resampling": grpo.resampling,
         "sft_replay_losses": grpo.sft_replay_losses,
+        "rss_gib": grpo.rss_gib,
+        "peak_rss_gib": grpo.peak_rss_gib,
         "malformed_history": grpo.malformed_history,
         "rollouts": str(run_dir / ROLLOUTS_FILE),
     }

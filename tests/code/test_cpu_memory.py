@@ -1,0 +1,53 @@
+"""The resident-memory readings and trims the CPU stage logs (`training/cpu_backend/memory.py`):
+per GRPO step, `memory/rss_gib` and `memory/peak_gib` go into that step's logs."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from training.cpu_backend.memory import (
+    PEAK_KEY,
+    RSS_KEY,
+    MemoryCallback,
+    release_memory,
+    status_gib,
+)
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
+
+
+@linux_only
+def test_status_reads_the_resident_set_and_its_high_water_mark() -> None:
+    status = status_gib()
+    assert 0 < status["VmRSS:"] <= status["VmHWM:"]
+    assert status_gib(("NoSuchKey:",)) == {}
+
+
+@linux_only
+def test_a_released_phase_records_what_stays_resident() -> None:
+    resident: dict[str, float] = {}
+    peak = release_memory(resident, "sft")
+    assert 0 < resident["sft"] <= peak
+    assert release_memory() >= peak  # a high-water mark never falls
+
+
+@linux_only
+def test_each_step_log_gets_the_readings_taken_after_that_step() -> None:
+    callback = MemoryCallback()
+    state, control = SimpleNamespace(global_step=1), SimpleNamespace()
+    early: dict[str, float] = {"loss": 0.5}
+    callback.on_log(None, state, control, logs=early)
+    assert early == {"loss": 0.5}  # no step has ended yet: nothing to report
+    held = bytearray(64 * 1024**2)  # 64 MiB resident across the step's end
+    held[::4096] = b"x" * len(held[::4096])
+    assert callback.on_step_end(None, state, control) is control
+    logs: dict[str, float] = {"loss": 0.5}
+    callback.on_log(None, state, control, logs=logs)
+    assert 0.06 < logs[RSS_KEY] <= logs[PEAK_KEY]
+    summary: dict[str, float] = {"train_runtime": 3.0}
+    callback.on_log(None, state, control, logs=summary)
+    assert RSS_KEY not in summary  # the end-of-training summary is not a step
+    del held
