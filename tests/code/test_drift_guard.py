@@ -94,3 +94,16 @@ def test_record_sample_is_a_no_op_without_the_directory(monkeypatch: pytest.Monk
     monkeypatch.delenv(DRIFT_DIR_ENV, raising=False)
     record_sample({"num_calls": 3, "malformed_calls": 1})
     assert drift_log._sink is None
+
+
+def test_watcher_judges_drift_from_the_first_steps_rate(tmp_path: Path) -> None:
+    """A run that starts at 50% malformed is not stopped for staying there; climbing past
+    its start plus the margin, it is."""
+    watcher = DriftWatcher(
+        tmp_path, samples_per_step=2, threshold=0.3, window=2, margin_over_start=0.1
+    )
+    write(tmp_path, "1.jsonl", [(2, 1)] * 6)  # three steps at 50%
+    assert watcher.poll() is False
+    assert watcher.history == [0.5, 0.5, 0.5]
+    write(tmp_path, "1.jsonl", [(4, 3)] * 4)  # two steps at 75%
+    assert watcher.poll() is True

@@ -51,3 +51,29 @@ def test_stop_rule_needs_a_sustained_climb() -> None:
     assert not is_drifting([0.5, 0.01, 0.5, 0.5], threshold=0.2, patience=3)
     assert is_drifting([0.01, 0.3, 0.4, 0.5], threshold=0.2, patience=3)
     assert not is_drifting([0.9, 0.9], threshold=0.2, patience=3)
+
+
+def test_with_a_margin_the_bar_is_a_climb_from_where_the_run_started() -> None:
+    """The time pack's weak seed-1 start: 65-67% malformed from its first GRPO step, which
+    the absolute 0.6 bar stopped after 3 steps while GRPO was working it down."""
+    weak_start = [0.647, 0.667, 0.667]
+    assert is_drifting(weak_start, threshold=0.6, patience=3)  # the absolute bar alone
+    assert not is_drifting(weak_start, threshold=0.6, patience=3, margin_over_start=0.1)
+    # the same start climbing past its own rate plus the margin is drift
+    assert is_drifting([0.647, 0.76, 0.8, 0.85], 0.6, 3, margin_over_start=0.1)
+    # a clean start: the margin is below the threshold, so the threshold is the bar
+    assert is_drifting([0.05, 0.65, 0.7, 0.75], 0.6, 3, margin_over_start=0.1)
+    assert not is_drifting([0.05, 0.55, 0.58, 0.59], 0.6, 3, margin_over_start=0.1)
+    assert not is_drifting([], 0.6, 3, margin_over_start=0.1)
+
+
+def test_the_margin_is_bounded_and_can_be_turned_off() -> None:
+    from pydantic import ValidationError
+
+    from training.spec.model import DriftSection
+
+    assert DriftSection().margin_over_start == 0.1
+    assert DriftSection(margin_over_start=None).margin_over_start is None
+    for bad in (-0.1, 1.5, "wide"):
+        with pytest.raises(ValidationError):
+            DriftSection(margin_over_start=bad)

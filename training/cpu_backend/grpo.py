@@ -376,6 +376,7 @@ def run_grpo(
         reward_config,
         spec.drift.max_malformed_rate,
         spec.drift.window,
+        spec.drift.margin_over_start,
         transcript_path=run_dir / ROLLOUTS_FILE,
     )
     if resume is not None:

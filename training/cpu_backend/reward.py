@@ -82,6 +82,7 @@ class ProjectReward:
     config: RewardConfig
     drift_threshold: float = 0.3
     drift_window: int = 3
+    drift_margin_over_start: float | None = None
     malformed_history: list[float] = field(default_factory=list)
     last_components: dict[str, float] = field(default_factory=dict)
     transcript_path: Path | None = None
@@ -137,4 +138,9 @@ class ProjectReward:
 
     @property
     def drifting(self) -> bool:
-        return is_drifting(self.malformed_history, self.drift_threshold, self.drift_window)
+        return is_drifting(
+            self.malformed_history,
+            self.drift_threshold,
+            self.drift_window,
+            self.drift_margin_over_start,
+        )

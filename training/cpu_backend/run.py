@@ -257,6 +257,11 @@ def _result(
             "malformed_rate": last_rate,
             "max_malformed_rate": spec.drift.max_malformed_rate,
             "window": float(spec.drift.window),
+            **(
+                {"margin_over_start": spec.drift.margin_over_start}
+                if spec.drift.margin_over_start is not None
+                else {}
+            ),
             "stopped": float(grpo.drift_stopped),
         },
         "message": (

@@ -6,7 +6,8 @@ them, so the signal travels through files: with `TOOLRL_DRIFT_DIR` set, every sc
 rollout appends `{"calls", "malformed"}` to `<dir>/<pid>.jsonl` (one small buffered line).
 The job driver reads those files while verl runs, groups samples into steps of
 `train_batch_size x rollout.n` rollouts, and stops the run when the malformed-call rate
-stays above the bound for `window` consecutive steps. The result then says "drifted" and
+stays above the bound (`is_drifting`: the threshold, or the first step's rate plus a margin)
+for `window` consecutive steps. The result then says "drifted" and
 names the last complete checkpoint, which precedes the collapse.
 """
 
@@ -28,6 +29,7 @@ class DriftWatcher:
     samples_per_step: int
     threshold: float
     window: int
+    margin_over_start: float | None = None
     _offsets: dict[Path, int] = field(default_factory=dict)
     _pending: list[tuple[int, int]] = field(default_factory=list)
     history: list[float] = field(default_factory=list)
@@ -60,7 +62,7 @@ class DriftWatcher:
             calls = sum(c for c, _ in step)
             malformed = sum(m for _, m in step)
             self.history.append(malformed / calls if calls else 0.0)
-        return is_drifting(self.history, self.threshold, self.window)
+        return is_drifting(self.history, self.threshold, self.window, self.margin_over_start)
 
     def summary(self) -> dict[str, float]:
         last = self.history[-1] if self.history else 0.0

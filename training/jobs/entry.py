@@ -110,6 +110,7 @@ def run_verl(spec: TrainingSpec, workdir: Path, poll_s: float = 10.0) -> dict[st
         spec.data.train_batch_size * spec.rollout.n,
         spec.drift.max_malformed_rate,
         spec.drift.window,
+        spec.drift.margin_over_start,
     )
     return supervise(command, env, watcher, poll_s)
 

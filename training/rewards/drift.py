@@ -78,7 +78,23 @@ def format_drift(
     return DriftReport(count, calls, malformed, bad_rollouts, dict(kinds))
 
 
-def is_drifting(history: list[float], threshold: float = 0.2, patience: int = 3) -> bool:
-    """True when the last `patience` malformed rates all exceed `threshold` (a sustained
-    climb, not one noisy batch): the stop rule the training guard applies."""
-    return len(history) >= patience and all(rate > threshold for rate in history[-patience:])
+def is_drifting(
+    history: list[float],
+    threshold: float = 0.2,
+    patience: int = 3,
+    margin_over_start: float | None = None,
+) -> bool:
+    """True when the last `patience` malformed rates all exceed the bar (a sustained climb,
+    not one noisy batch): the stop rule the training guard applies.
+
+    The bar is `threshold`; with `margin_over_start` it is the first step's rate plus that
+    margin where that is higher. Drift is a climb from where the run started: a policy that
+    starts at 65% malformed and is being worked down by GRPO is not drifting (measured: the
+    time pack's seed-1 SFT start, 43% malformed held out, stopped after 3 of 16 GRPO steps
+    whose held-out malformed rate had fallen to 22%)."""
+    if len(history) < patience:
+        return False
+    bar = threshold
+    if margin_over_start is not None:
+        bar = max(threshold, history[0] + margin_over_start)
+    return all(rate > bar for rate in history[-patience:])

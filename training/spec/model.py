@@ -196,6 +196,14 @@ class DriftSection(_Section):
         default=0.3, gt=0, le=1, description="Stop when the malformed-call rate exceeds this..."
     )
     window: int = Field(default=3, ge=1, description="...for this many consecutive steps.")
+    margin_over_start: float | None = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="Drift is a climb from where the run started: when the first GRPO "
+        "step's rate plus this is above max_malformed_rate, that is the bar instead (a weak "
+        "start that GRPO is improving is not stopped). None: max_malformed_rate alone.",
+    )
 
 
 class TrackingSection(_Section):
