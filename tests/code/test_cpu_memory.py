@@ -37,7 +37,8 @@ def test_a_released_phase_records_what_stays_resident() -> None:
 @linux_only
 def test_each_step_log_gets_the_readings_taken_after_that_step() -> None:
     callback = MemoryCallback()
-    state, control = SimpleNamespace(global_step=1), SimpleNamespace()
+    state = SimpleNamespace(global_step=1, log_history=[{"loss": 0.5, "step": 1}])
+    control = SimpleNamespace()
     early: dict[str, float] = {"loss": 0.5}
     callback.on_log(None, state, control, logs=early)
     assert early == {"loss": 0.5}  # no step has ended yet: nothing to report
@@ -47,6 +48,8 @@ def test_each_step_log_gets_the_readings_taken_after_that_step() -> None:
     logs: dict[str, float] = {"loss": 0.5}
     callback.on_log(None, state, control, logs=logs)
     assert 0.06 < logs[RSS_KEY] <= logs[PEAK_KEY]
+    # the trainer's history (what checkpoints keep and the report reads) gets them too
+    assert state.log_history[-1][RSS_KEY] == logs[RSS_KEY]
     summary: dict[str, float] = {"train_runtime": 3.0}
     callback.on_log(None, state, control, logs=summary)
     assert RSS_KEY not in summary  # the end-of-training summary is not a step

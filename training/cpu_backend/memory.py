@@ -72,6 +72,12 @@ class MemoryCallback(TrainerCallback):
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
     ) -> Any:
-        if logs is not None and self._last and "train_runtime" not in logs:
-            logs.update(self._last)
+        if logs is None or not self._last or "train_runtime" in logs:
+            return control
+        logs.update(self._last)
+        # the trainer copied `logs` into its history before calling back: the history is what
+        # checkpoints keep and the run's report reads, so the readings go there too
+        history = getattr(state, "log_history", None)
+        if history and history[-1].get("step") == getattr(state, "global_step", None):
+            history[-1].update(self._last)
         return control
