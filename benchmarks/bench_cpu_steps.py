@@ -266,7 +266,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="SFT steps timed (best kept).")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--mmap-threshold-mib",
+        type=float,
+        help="Fix glibc's mmap threshold first, as the training stage does "
+        "(cpu.malloc_mmap_threshold_mib); unset: glibc's default.",
+    )
     args = parser.parse_args()
+
+    from training.cpu_backend.memory import set_mmap_threshold
+
+    set_mmap_threshold(args.mmap_threshold_mib)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -303,6 +313,7 @@ def main() -> None:
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "dtype": dtype,
         "threads": spec.cpu.threads,
+        "mmap_threshold_mib": args.mmap_threshold_mib,
         "matmul_peak_gflops": peak,
         "model": {"layer_params": shape.layer_params, "head_params": shape.head_params},
         "sft_step": sft,

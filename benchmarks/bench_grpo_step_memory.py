@@ -22,7 +22,8 @@ and nothing else.
 Then, because one step in a fresh process is not a training run (the resident set climbs
 from step to step as glibc keeps freed pages), `--job` runs the real training stage
 (`python -m training.jobs.entry --backend cpu`, the demo spec after a short SFT) once per
-`--job-runs` setting (`cpu.grpo_micro_batches` 1 or 2) and reads
+`--job-runs` setting (`cpu.grpo_micro_batches` 1 or 2, or glibc's mmap threshold fixed at 1 or
+4 MiB, `cpu.malloc_mmap_threshold_mib`) and reads
 each run's peak RSS per phase, and its resident set after every GRPO step, from its
 `cpu_report.json`, with its GRPO seconds.
 
@@ -57,6 +58,9 @@ JOB_RESULTS = REPO / "benchmarks" / "results" / "grpo_job_memory.json"
 JOB_RUNS: dict[str, dict[str, Any]] = {
     "micro_batches_1": {"grpo_micro_batches": 1},
     "micro_batches_2": {"grpo_micro_batches": 2},
+    "glibc_default": {"malloc_mmap_threshold_mib": None},
+    "mmap_1mib": {"malloc_mmap_threshold_mib": 1},
+    "mmap_4mib": {"malloc_mmap_threshold_mib": 4},
 }
 SPEC = REPO / "training" / "specs" / "cpu_smollm2.yaml"
 VARIANTS = ("summed", "replay_first", "policy_first", "policy_in_halves")

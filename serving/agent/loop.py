@@ -35,6 +35,7 @@ from serving.agent.types import (
     TransportError,
     Turn,
 )
+from serving.mcp_client.base import McpProtocolError
 from serving.renderer import openai_tools
 from serving.runtime.retry import retry_async
 from serving.toolcalls import parse_tool_calls
@@ -103,19 +104,24 @@ class Agent:
         """The server's tools in OpenAI form, listed once (retried like any transport)."""
         async with self._lock:
             if self._schemas is None:
-                listed = await self._retry(self.tools.list_tools, "tools/list")
+                try:
+                    listed = await self._retry(self.tools.list_tools, "tools/list")
+                except McpProtocolError as refusal:  # no tools to offer: the episode can't run
+                    raise TransportError(f"MCP tools/list refused: {refusal}") from refusal
                 self._schemas = openai_tools(listed)
             return self._schemas
 
     async def _retry(self, fn: Any, what: str, *args: Any) -> Any:
         """Any client's transport error is retried (tool errors come back as results),
-        then reported as a `TransportError` that ends the episode."""
+        then reported as a `TransportError` that ends the episode. A server's refusal
+        (`McpProtocolError`) is an answer, not a failure: it is raised as it came, untried."""
         return await retry_async(
             fn,
             *args,
             attempts=self.config.tool_attempts,
             first_backoff_s=self.config.tool_backoff_s,
             what=f"MCP {what}",
+            retry_on=_not_a_refusal,
             error=TransportError,
         )
 
@@ -144,9 +150,17 @@ class Agent:
             call.result = f"Error: the tool call could not be parsed ({kinds}); not executed."
             call.result_is_error = True
             return
-        reply = await self._retry(
-            self.tools.call_tool, f"tools/call {call.name}", call.name, call.arguments, session, seq
-        )
+        try:
+            reply = await self._retry(
+                self.tools.call_tool,
+                f"tools/call {call.name}",
+                call.name,
+                call.arguments,
+                session,
+                seq,
+            )
+        except McpProtocolError as refusal:  # e.g. a tool the model made up: it reads why
+            reply = refusal.as_result()
         call.result, call.result_is_error = str(reply.text), bool(reply.is_error)
 
     async def run(
@@ -235,6 +249,11 @@ class Agent:
         trajectory.prompt_ids = context.prompt_ids
         trajectory.latency_s = time.perf_counter() - started
         return trajectory
+
+
+def _not_a_refusal(exc: BaseException) -> bool:
+    """Worth another try: anything but the server's own JSON-RPC refusal."""
+    return not isinstance(exc, McpProtocolError)
 
 
 def _kinds(errors: Sequence[Any]) -> tuple[str, ...]:

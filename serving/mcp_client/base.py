@@ -49,6 +49,14 @@ class McpProtocolError(McpClientError):
         self.code = code
         self.message = message
 
+    def as_result(self) -> ToolCallResult:
+        """The refusal as the tool error a model reads. The server answered (an unknown tool,
+        arguments it would not take), so nothing failed in transport: the message names the
+        tools there are, a model can recover from it, and an episode must not end on it.
+        Every caller of `tools/call` turns a refusal into this one text (agent loop, verl
+        tool, dataset recording), so training, evaluation and serving show it alike."""
+        return ToolCallResult(f"Error: {self.message}", True)
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCallResult:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from serving.agent import Agent, AgentConfig, ChatClient, EndpointBackend, RetryPolicy
+from serving.mcp_client.base import McpProtocolError
 from training.evaluation.scripted import Scripted, serve_in_thread
 
 Message = dict[str, Any]
@@ -105,6 +106,48 @@ def test_scripted_tool_transport_failure_is_retried_then_reported() -> None:
     failed = run(calls_then_answer(1), FakeTools(fail_times=5), tool_attempts=2)
     assert failed.stop == "error"
     assert "ConnectionError" in (failed.error or "")
+
+
+class RefusingTools(FakeTools):
+    """A fake tool executor whose server refuses with a JSON-RPC error (as the real server
+    does an unknown tool: `test_eval_scripted_server.py` has that one on loopback)."""
+
+    def __init__(self, refuse_listing: bool = False) -> None:
+        super().__init__()
+        self.refuse_listing, self.listings = refuse_listing, 0
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        self.listings += 1
+        if self.refuse_listing:
+            raise McpProtocolError(-32603, "listing is broken")
+        return TOOLS
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        session: str | None = None,
+        seq: int | None = None,
+    ) -> Reply:
+        self.calls.append((name, dict(arguments or {}), session))
+        raise McpProtocolError(-32602, f"Unknown tool {name!r}; available tools: slow")
+
+
+def test_a_refused_call_is_a_tool_error_the_model_reads_tried_once() -> None:
+    tools = RefusingTools()
+    trajectory = run(calls_then_answer(1), tools, tool_attempts=3)
+    assert trajectory.stop == "answer" and trajectory.error is None
+    assert len(tools.calls) == 1  # a refusal is an answer: not tried again
+    call = trajectory.turns[0].calls[0]
+    assert call.result_is_error
+    assert call.result == "Error: Unknown tool 'slow'; available tools: slow"
+
+
+def test_a_refused_tool_listing_ends_the_episode_as_a_transport_failure() -> None:
+    tools = RefusingTools(refuse_listing=True)
+    trajectory = run(calls_then_answer(1), tools, tool_attempts=3)
+    assert trajectory.stop == "error" and tools.listings == 1
+    assert "tools/list refused" in (trajectory.error or "")
 
 
 def test_scripted_turn_limit_stops_a_model_that_never_answers() -> None:

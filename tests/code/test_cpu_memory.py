@@ -54,3 +54,55 @@ def test_each_step_log_gets_the_readings_taken_after_that_step() -> None:
     callback.on_log(None, state, control, logs=summary)
     assert RSS_KEY not in summary  # the end-of-training summary is not a step
     del held
+
+
+_MAPPED_AFTER = """
+import ctypes, json, sys
+from training.cpu_backend.memory import set_mmap_threshold
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+took = set_mmap_threshold(float(sys.argv[1])) if sys.argv[1] != "none" else None
+# glibc maps a 1 MiB block at first; freeing that mapping raises its threshold past 1 MiB,
+# so by default the same block comes from the heap next time (and stays there when freed)
+libc.free(ctypes.c_void_p(libc.malloc(1 << 20)))
+before = libc.mallinfo2().hblkhd
+block = libc.malloc(1 << 20)
+print(json.dumps({"took": took, "mapped": libc.mallinfo2().hblkhd - before}))
+libc.free(ctypes.c_void_p(block))
+"""
+
+
+def _mapped_bytes(threshold: str) -> dict[str, object]:
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _MAPPED_AFTER, threshold], capture_output=True, text=True, check=True
+    )
+    return dict(json.loads(done.stdout))
+
+
+@linux_only
+def test_a_set_threshold_serves_smaller_blocks_from_their_own_mapping() -> None:
+    """The setting reaches glibc and stops its raising: a second 1 MiB block comes from the
+    heap under the default, from its own mapping (given back on free) with the threshold at
+    512 KiB (a fresh process each, since the setting is process-wide)."""
+    assert _mapped_bytes("none") == {"took": None, "mapped": 0}
+    fixed = _mapped_bytes("0.5")
+    assert fixed["took"] is True
+    assert int(str(fixed["mapped"])) >= 1 << 20
+
+
+def test_no_threshold_leaves_the_allocator_alone() -> None:
+    from training.cpu_backend.memory import set_mmap_threshold
+
+    assert set_mmap_threshold(None) is False

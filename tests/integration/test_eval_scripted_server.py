@@ -204,6 +204,32 @@ def test_scripted_transport_errors_are_reported_not_hidden(
     assert "HTTP 503" in failure["error"] and failure["stop"] == "error"
 
 
+def test_a_made_up_tool_is_a_tool_error_the_model_reads_not_a_transport_failure(
+    data: Path, mcp: RunningServer, tmp_path: Path
+) -> None:
+    """The real MCP server refuses an unknown tool with a JSON-RPC error; that is its answer,
+    so the episode goes on with the refusal as the call's result (naming the tools there are),
+    untried again, and the case is scored as the wrong call it is, not as an error (before,
+    the loop retried the refusal and ended the episode as a transport failure, which the
+    gate's error_rate counts)."""
+    results: list[str] = []
+
+    def made_up_tool(messages: Sequence[Message], tools: Sequence[Message]) -> Scripted:
+        answered = [m for m in messages if m["role"] == "tool"]
+        if not answered:
+            return Scripted(calls=[("get_weather", {"city": "Paris"})])
+        results.extend(str(m["content"]) for m in answered)
+        return Scripted(content="I could not find that.")
+
+    out = tmp_path / "r.json"
+    metrics = run(made_up_tool, data, mcp, out, limit=3)
+    assert metrics["overall"]["error_rate"] == 0.0
+    assert len(results) == 3  # one refusal read per case: no retries, no ended episodes
+    assert all("Unknown tool 'get_weather'" in r and "get_current_weather" in r for r in results)
+    assert all(r.startswith("Error: ") for r in results)
+    assert metrics["overall"]["pass_rate"] == 0.0
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -8,7 +8,10 @@ next phase stacks on top (measured: 9.3 GB during GRPO after SFT in one process,
 of sampled tokens, and the peak climbs from step to step; `MemoryCallback` records it per
 step (`memory/rss_gib`, `memory/peak_gib` in the step's logs) so the step that sets the peak
 can be read beside its token count. (A trim after every step was tried: the resident set
-between steps fell, 5.1 to 3.2 GB, the peak did not; docs/parts/cpu_backend.md.)
+between steps fell, 5.1 to 3.2 GB, the peak did not; docs/parts/cpu_backend.md.) What
+stops the climb is `set_mmap_threshold`: big blocks in their own mappings, given back when
+freed (GRPO peak 10.12 -> 8.93 GiB over 8 steps), at 1.36-1.43x the gradient steps' time,
+so it is a setting (`cpu.malloc_mmap_threshold_mib`), off by default.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import gc
 from typing import Any
 
 from transformers import TrainerCallback
+
+#: mallopt's parameter number for the mmap threshold (glibc's malloc.h, M_MMAP_THRESHOLD)
+_M_MMAP_THRESHOLD = -3
 
 RSS_KEY = "memory/rss_gib"
 PEAK_KEY = "memory/peak_gib"
@@ -43,6 +49,25 @@ def trim() -> None:
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def set_mmap_threshold(mib: float | None) -> bool:
+    """Serve every allocation of at least `mib` MiB from its own mmap, so that freeing it gives
+    its pages straight back (None: leave glibc's default). Returns whether glibc took it.
+
+    Why: glibc starts at 128 KiB but raises the threshold each time a mapped block is freed,
+    up to 32 MiB, so after the first steps a GRPO step's activations and gradients (tens of
+    MiB each, different sizes every step) land in the heap, where freed holes of the wrong
+    size stay resident and the next step's tensors go on top. Setting it also turns that
+    raising off. Costs a page fault per fresh page of each such tensor (measured in
+    docs/parts/cpu_backend.md)."""
+    if mib is None:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(mib * 2**20)))
+    except (OSError, AttributeError):  # not glibc: nothing to set
+        return False
 
 
 def release_memory(resident: dict[str, float] | None = None, phase: str = "") -> float:

@@ -92,7 +92,8 @@ class McpTool(BaseTool):
             )
             text, is_error, transport_error = result.text, result.is_error, False
         except McpProtocolError as exc:  # e.g. unknown tool: the server's message teaches
-            text, is_error, transport_error = f"Error: {exc.message}", True, False
+            refusal = exc.as_result()
+            text, is_error, transport_error = refusal.text, refusal.is_error, False
         except McpClientError as exc:
             text = f"Error: the tool service could not run {self.mcp_name}: {exc}"
             is_error, transport_error = True, True

@@ -125,7 +125,8 @@ class CallExecutor:
                 # the server refusing the call (bad arguments, unknown tool): its answer,
                 # recorded like any tool error
                 self.stats.sent += 1
-                return Outcome(f"MCP error {exc.code}: {exc.message}", True)
+                refusal = exc.as_result()
+                return Outcome(refusal.text, refusal.is_error)
             except McpClientError as exc:
                 # the transport failed (crashed, timed out): no answer to record; the row is
                 # invalid and the call is sent again by the next row that needs it
