@@ -26,12 +26,27 @@ class Reply:
 
 
 class FakeTools:
-    def __init__(self, delay: float = 0.0, fail_times: int = 0, error: bool = False) -> None:
+    """A fake tool executor. `refuse`: its server answers every call with a JSON-RPC error,
+    as the real server does an unknown tool (`test_eval_scripted_server.py` has that one on
+    loopback); `refuse_listing`: the same for `tools/list`."""
+
+    def __init__(
+        self,
+        delay: float = 0.0,
+        fail_times: int = 0,
+        error: bool = False,
+        refuse: bool = False,
+        refuse_listing: bool = False,
+    ) -> None:
         self.delay, self.fail_times, self.error = delay, fail_times, error
+        self.refuse, self.refuse_listing, self.listings = refuse, refuse_listing, 0
         self.calls: list[tuple[str, dict[str, Any], str | None]] = []
         self.spans: list[tuple[float, float]] = []  # (start, end) of each call's work
 
     async def list_tools(self) -> list[dict[str, Any]]:
+        self.listings += 1
+        if self.refuse_listing:
+            raise McpProtocolError(-32603, "listing is broken")
         return TOOLS
 
     async def call_tool(
@@ -42,6 +57,8 @@ class FakeTools:
         seq: int | None = None,
     ) -> Reply:
         self.calls.append((name, dict(arguments or {}), session))
+        if self.refuse:
+            raise McpProtocolError(-32602, f"Unknown tool {name!r}; available tools: slow")
         if self.fail_times:
             self.fail_times -= 1
             raise ConnectionError("tool server down")
@@ -108,33 +125,8 @@ def test_scripted_tool_transport_failure_is_retried_then_reported() -> None:
     assert "ConnectionError" in (failed.error or "")
 
 
-class RefusingTools(FakeTools):
-    """A fake tool executor whose server refuses with a JSON-RPC error (as the real server
-    does an unknown tool: `test_eval_scripted_server.py` has that one on loopback)."""
-
-    def __init__(self, refuse_listing: bool = False) -> None:
-        super().__init__()
-        self.refuse_listing, self.listings = refuse_listing, 0
-
-    async def list_tools(self) -> list[dict[str, Any]]:
-        self.listings += 1
-        if self.refuse_listing:
-            raise McpProtocolError(-32603, "listing is broken")
-        return TOOLS
-
-    async def call_tool(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None,
-        session: str | None = None,
-        seq: int | None = None,
-    ) -> Reply:
-        self.calls.append((name, dict(arguments or {}), session))
-        raise McpProtocolError(-32602, f"Unknown tool {name!r}; available tools: slow")
-
-
 def test_a_refused_call_is_a_tool_error_the_model_reads_tried_once() -> None:
-    tools = RefusingTools()
+    tools = FakeTools(refuse=True)
     trajectory = run(calls_then_answer(1), tools, tool_attempts=3)
     assert trajectory.stop == "answer" and trajectory.error is None
     assert len(tools.calls) == 1  # a refusal is an answer: not tried again
@@ -144,7 +136,7 @@ def test_a_refused_call_is_a_tool_error_the_model_reads_tried_once() -> None:
 
 
 def test_a_refused_tool_listing_ends_the_episode_as_a_transport_failure() -> None:
-    tools = RefusingTools(refuse_listing=True)
+    tools = FakeTools(refuse_listing=True)
     trajectory = run(calls_then_answer(1), tools, tool_attempts=3)
     assert trajectory.stop == "error" and tools.listings == 1
     assert "tools/list refused" in (trajectory.error or "")
