@@ -263,3 +263,92 @@ def test_no_sft_steps_means_nothing_to_time(builtin_data_300: Path, tiny_model_d
 
     spec = probe_spec(sft_steps=0)
     assert probe_sft_step(spec, tiny_model_dir, builtin_data_300 / "train.parquet", []) is None
+
+
+def test_sfts_deadline_is_the_budget_less_the_probe_and_the_planned_grpo_steps() -> None:
+    step = MeasuredStep(step_s=10.0, spent_s=40.0, timed_steps=3)
+    plan = plan_steps(DEMO, 720, "bfloat16", step)
+    deadline = plan.sft_deadline_s()
+    assert plan.grpo_step_s is not None and deadline is not None
+    assert deadline == pytest.approx(720 - 40 - plan.grpo_steps * plan.grpo_step_s)
+    assert deadline >= plan.sft_steps * 10.0  # the planned steps fit inside it
+    old = dict(asdict(plan), grpo_step_s=None)  # a plan pinned before costs were recorded
+    assert type(plan)(**old).sft_deadline_s() is None
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _state(step: int, max_steps: int = 100) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(global_step=step, max_steps=max_steps)
+
+
+def _control() -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(should_training_stop=False)
+
+
+def test_sft_stops_before_the_step_that_would_end_past_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from training.cpu_backend import sft
+
+    clock = _Clock()
+    monkeypatch.setattr(sft.time, "perf_counter", clock)
+    deadline = sft.SftDeadline(seconds=10.0, min_steps=1)
+    deadline.on_train_begin(None, _state(0), _control())
+    clock.now = 6.0  # two steps of 3 s: a third ends at 9 s, inside the 10
+    assert not deadline.on_step_end(None, _state(2), _control()).should_training_stop
+    clock.now = 9.0  # a fourth would end at 12 s
+    assert deadline.on_step_end(None, _state(3), _control()).should_training_stop
+    assert deadline.stopped_at == 3
+
+
+def test_sfts_deadline_keeps_the_floor_and_counts_from_a_resumed_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from training.cpu_backend import sft
+
+    clock = _Clock()
+    monkeypatch.setattr(sft.time, "perf_counter", clock)
+    floor = sft.SftDeadline(seconds=1.0, min_steps=20)
+    floor.on_train_begin(None, _state(0), _control())
+    clock.now = 50.0
+    assert not floor.on_step_end(None, _state(19), _control()).should_training_stop
+    assert floor.on_step_end(None, _state(20), _control()).should_training_stop
+    resumed = sft.SftDeadline(seconds=10.0, min_steps=1)
+    clock.now = 100.0
+    resumed.on_train_begin(None, _state(40), _control())  # its share starts again here
+    clock.now = 104.0  # one step of 4 s since the resume: the next ends at 108
+    assert not resumed.on_step_end(None, _state(41), _control()).should_training_stop
+    last = sft.SftDeadline(seconds=0.0, min_steps=1)
+    last.on_train_begin(None, _state(0), _control())
+    assert not last.on_step_end(None, _state(6, max_steps=6), _control()).should_training_stop
+
+
+def test_a_real_sft_run_stops_at_its_deadline_and_a_rerun_keeps_that_step(
+    builtin_data_300: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The trainer honours the stop: a deadline of 0 s ends the tiny model's SFT at its floor
+    (2 of 6 steps), the final model is written and says so, and the finished SFT read back
+    later reports the same 2 steps."""
+    from serving.tools import get_catalog
+    from training.cpu_backend.sft import SftDeadline, run_sft
+
+    schemas = list(get_catalog().openai_schemas())
+    train = builtin_data_300 / "train.parquet"
+    deadline = SftDeadline(seconds=0.0, min_steps=2)
+    run_dir = tmp_path / "run"
+    done = run_sft(probe_spec(), tiny_model_dir, train, run_dir, schemas, [deadline])
+    assert deadline.stopped_at == 2 and done.steps == 2
+    assert (done.model_dir / "COMPLETE").read_text().strip() == "2"
+    again = run_sft(probe_spec(), tiny_model_dir, train, run_dir, schemas, [])
+    assert again.model_dir == done.model_dir and again.steps == 2

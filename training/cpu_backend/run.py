@@ -25,7 +25,7 @@ import pandas as pd
 
 from serving.mcp_client.base import TOKEN_ENV
 from serving.toolcalls import using_registry
-from training.cpu_backend.budget import BudgetPlan, pinned_plan
+from training.cpu_backend.budget import MIN_SFT_STEPS, BudgetPlan, pinned_plan
 from training.cpu_backend.compute_dtype import DtypeChoice, pinned_choice
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer, list_tools
 from training.cpu_backend.export import export_model
@@ -36,7 +36,13 @@ from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.quick_eval import evaluate
 from training.cpu_backend.replay import sft_replay
 from training.cpu_backend.rollout_budget import RolloutBudget, check_budget, measure_budget
-from training.cpu_backend.sft import SftResult, ToolSchema, probe_sft_step, run_sft
+from training.cpu_backend.sft import (
+    SftDeadline,
+    SftResult,
+    ToolSchema,
+    probe_sft_step,
+    run_sft,
+)
 from training.cpu_backend.tracking import LogCallback, ProgressCallback, Tracker
 from training.data.packs.truth import dataset_registry
 from training.evaluation.metrics import HEADLINE_METRICS
@@ -229,6 +235,14 @@ def _budgeted(
     return spec.model_copy(update={"cpu": plan.apply(spec.cpu)}), plan
 
 
+def _sft_deadline(plan: BudgetPlan | None) -> list[SftDeadline]:
+    """SFT's time limit where a budget planned the run (none without one)."""
+    seconds = plan.sft_deadline_s() if plan else None
+    if plan is None or seconds is None:
+        return []
+    return [SftDeadline(seconds, min(MIN_SFT_STEPS, plan.sft_steps))]
+
+
 def _result(
     spec: TrainingSpec,
     spec_hash: str,
@@ -320,7 +334,8 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         resident: dict[str, float] = {}
         peaks: dict[str, float] = {"before": release_memory(resident, "before")}
         sft_callbacks = [LogCallback(tracker, "train/sft"), ProgressCallback(run_dir, "sft")]
-        sft = run_sft(spec, base, train_file, run_dir, schemas, sft_callbacks)
+        deadline = _sft_deadline(plan)
+        sft = run_sft(spec, base, train_file, run_dir, schemas, [*sft_callbacks, *deadline])
         timings["sft_s"] = sft.seconds
         peaks["sft"] = release_memory(resident, "sft")
         if sft.model_dir != base:  # no SFT ran (continuing from a champion): nothing new
@@ -363,6 +378,8 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "last_loss": sft.last_loss,
                 "dropped_rows": sft.dropped_rows,
                 "losses": [list(pair) for pair in sft.losses],
+                "deadline_s": deadline[0].seconds if deadline else None,
+                "stopped_by_deadline_at": deadline[0].stopped_at if deadline else None,
             },
             "grpo": _grpo_report(grpo, budget, run_dir),
             "compute_dtype": asdict(precision),

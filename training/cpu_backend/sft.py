@@ -399,6 +399,34 @@ def probe_sft_step(
     )
 
 
+class SftDeadline(TrainerCallback):
+    """Ends SFT before the step that would finish past `seconds` (counted from this process's
+    first step: a resumed run gets its share again), never before `min_steps`: the time
+    budget's promise holds when its step probe was optimistic. `stopped_at` says where."""
+
+    def __init__(self, seconds: float, min_steps: int) -> None:
+        self.seconds, self.min_steps = seconds, min_steps
+        self.stopped_at: int | None = None
+        self._started: float | None = None
+        self._first_step = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self._started, self._first_step = time.perf_counter(), int(state.global_step)
+        return control
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        step, done = int(state.global_step), int(state.global_step) - self._first_step
+        if self._started is None or done <= 0 or step < self.min_steps:
+            return control
+        if step >= int(state.max_steps):
+            return control
+        elapsed = time.perf_counter() - self._started
+        if elapsed + elapsed / done > self.seconds:  # the next step, at the mean so far
+            control.should_training_stop = True
+            self.stopped_at = step
+        return control
+
+
 def run_sft(
     spec: TrainingSpec,
     base_model: Path,
@@ -419,8 +447,10 @@ def run_sft(
     final = sft_dir / FINAL_DIR
     if cpu.sft_steps == 0:  # e.g. continuing from a champion that already knows the format
         return SftResult(base_model, 0, 0.0, 0, 0, None, None, None)
-    if (final / "COMPLETE").is_file():
-        return SftResult(final, cpu.sft_steps, 0.0, 0, 0, None, None, cpu.sft_steps)
+    if (final / "COMPLETE").is_file():  # it holds the step SFT ended at (a deadline: earlier)
+        written = (final / "COMPLETE").read_text(encoding="utf-8").strip()
+        steps = int(written) if written.isdigit() else cpu.sft_steps
+        return SftResult(final, steps, 0.0, 0, 0, None, None, steps)
     sft_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(base_model))
     rows, dropped = sft_examples(spec, train_file, tokenizer, schemas, cpu.sft_steps)
