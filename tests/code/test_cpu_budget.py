@@ -284,6 +284,25 @@ class _Clock:
         return self.now
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    """`time.perf_counter`, which the SFT deadline reads, set by hand for the test."""
+    import time
+
+    fake = _Clock()
+    monkeypatch.setattr(time, "perf_counter", fake)
+    return fake
+
+
+def _started(seconds: float, min_steps: int, at_step: int = 0) -> Any:
+    """An `SftDeadline` whose training began at `at_step`."""
+    from training.cpu_backend.sft import SftDeadline
+
+    deadline = SftDeadline(seconds=seconds, min_steps=min_steps)
+    deadline.on_train_begin(None, _state(at_step), _control())
+    return deadline
+
+
 def _state(step: int, max_steps: int = 100) -> Any:
     from types import SimpleNamespace
 
@@ -296,15 +315,8 @@ def _control() -> Any:
     return SimpleNamespace(should_training_stop=False)
 
 
-def test_sft_stops_before_the_step_that_would_end_past_its_deadline(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from training.cpu_backend import sft
-
-    clock = _Clock()
-    monkeypatch.setattr(sft.time, "perf_counter", clock)
-    deadline = sft.SftDeadline(seconds=10.0, min_steps=1)
-    deadline.on_train_begin(None, _state(0), _control())
+def test_sft_stops_before_the_step_that_would_end_past_its_deadline(clock: _Clock) -> None:
+    deadline = _started(seconds=10.0, min_steps=1)
     clock.now = 6.0  # two steps of 3 s: a third ends at 9 s, inside the 10
     assert not deadline.on_step_end(None, _state(2), _control()).should_training_stop
     clock.now = 9.0  # a fourth would end at 12 s
@@ -312,25 +324,16 @@ def test_sft_stops_before_the_step_that_would_end_past_its_deadline(
     assert deadline.stopped_at == 3
 
 
-def test_sfts_deadline_keeps_the_floor_and_counts_from_a_resumed_step(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from training.cpu_backend import sft
-
-    clock = _Clock()
-    monkeypatch.setattr(sft.time, "perf_counter", clock)
-    floor = sft.SftDeadline(seconds=1.0, min_steps=20)
-    floor.on_train_begin(None, _state(0), _control())
+def test_sfts_deadline_keeps_the_floor_and_counts_from_a_resumed_step(clock: _Clock) -> None:
+    floor = _started(seconds=1.0, min_steps=20)
     clock.now = 50.0
     assert not floor.on_step_end(None, _state(19), _control()).should_training_stop
     assert floor.on_step_end(None, _state(20), _control()).should_training_stop
-    resumed = sft.SftDeadline(seconds=10.0, min_steps=1)
     clock.now = 100.0
-    resumed.on_train_begin(None, _state(40), _control())  # its share starts again here
+    resumed = _started(seconds=10.0, min_steps=1, at_step=40)  # its share starts again here
     clock.now = 104.0  # one step of 4 s since the resume: the next ends at 108
     assert not resumed.on_step_end(None, _state(41), _control()).should_training_stop
-    last = sft.SftDeadline(seconds=0.0, min_steps=1)
-    last.on_train_begin(None, _state(0), _control())
+    last = _started(seconds=0.0, min_steps=1)
     assert not last.on_step_end(None, _state(6, max_steps=6), _control()).should_training_stop
 
 
