@@ -33,9 +33,16 @@ from training.pipeline.contracts import (
 )
 
 if TYPE_CHECKING:
+    from serving.launch.commands import BackendConfig
     from training.spec.model import TrainingSpec
 
 logger = logging.getLogger(__name__)
+
+#: Episodes the candidate's evaluation keeps in flight on the project's CPU engine server, and
+#: the rows that engine decodes together. A decode step of a small model on two cores is
+#: mostly fixed cost, so 48 rows cost little more per step than 16
+#: (`benchmarks/bench_candidate_eval.py`).
+CPU_EVAL_BATCH = 48
 
 
 class StageError(RuntimeError):
@@ -404,6 +411,20 @@ def read_result(result_dir: str) -> TrainingResult:
     return TrainingResult.read(path)
 
 
+def eval_server_config(model_dir: str, backend_name: str, batch: int, port: int) -> BackendConfig:
+    """The model server an evaluation starts: the project's engine server decodes `batch`
+    rows together, as many as the harness keeps in flight (its default, 16, would queue the
+    rest)."""
+    from serving.launch.commands import BackendConfig
+
+    return BackendConfig(
+        backend=backend_name,
+        model_dir=Path(model_dir),
+        port=port,
+        extra_args=("--max-rows", str(batch)) if backend_name == "cpu" else (),
+    )
+
+
 def evaluate_model(
     model_dir: str,
     test_file: str,
@@ -413,22 +434,21 @@ def evaluate_model(
     backend_name: str = "cpu",
     max_turns: int = 8,
     mcp_token: str | None = None,
+    batch: int | None = None,
 ) -> str:
     """Serve `model_dir` on CPU (the project's engine server by default: the tool prompt
     cached, requests batched) and run the eval harness against it. `mcp_token`: the tool
-    server's bearer token (deployments require one; without it every call answers 401)."""
+    server's bearer token (deployments require one; without it every call answers 401).
+    `batch`: episodes in flight, and on the engine server the rows it decodes together
+    (default `CPU_EVAL_BATCH` there, 4 on the other backends)."""
     from pydantic import SecretStr
 
-    from serving.launch.commands import BackendConfig
     from serving.launch.process import ModelServer
     from serving.runtime.ports import free_port
     from training.evaluation.runner import EvalConfig, evaluate
 
-    backend = BackendConfig(
-        backend=backend_name,
-        model_dir=Path(model_dir),
-        port=free_port(),
-    )
+    batch = batch or (CPU_EVAL_BATCH if backend_name == "cpu" else 4)
+    backend = eval_server_config(model_dir, backend_name, batch, free_port())
     server = ModelServer(backend, out.parent / "logs").start(timeout_s=300)
     try:
         evaluate(
@@ -439,7 +459,7 @@ def evaluate_model(
                 out=out,
                 mcp_url=mcp_url,
                 tokenizer=Path(model_dir),
-                concurrency=16 if backend_name == "cpu" else 4,
+                concurrency=batch,
                 max_turns=max_turns,
                 max_tokens=256,
                 limit=limit,
