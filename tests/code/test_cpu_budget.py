@@ -14,6 +14,7 @@ from training.cpu_backend.budget import (
     MIN_GRPO_STEPS,
     MIN_SFT_STEPS,
     PIN_FILE,
+    PROBE_OVER_RUN,
     STEP_COSTS,
     MeasuredStep,
     pinned_plan,
@@ -64,7 +65,7 @@ def test_a_grpo_step_that_replays_an_sft_batch_is_planned_at_its_cost() -> None:
     assert "replays one SFT batch" in replayed.cost_source
     step = MeasuredStep(step_s=2 * table.sft_s, spent_s=0.0, timed_steps=3)
     measured = plan_steps(replaying, budget, "float32", step)
-    assert measured.grpo_step_s == 2 * (table.grpo_s + table.sft_s)
+    assert measured.grpo_step_s == pytest.approx(2 / PROBE_OVER_RUN * (table.grpo_s + table.sft_s))
 
 
 def test_an_impossible_budget_keeps_the_floors_and_says_so() -> None:
@@ -149,12 +150,23 @@ def test_a_step_measured_twice_the_tables_halves_what_fits() -> None:
     """The compose stack's case: the table said 16.5 s, the stack took ~35 s a step."""
     table = plan_steps(DEMO, 1500, "float32")
     slow = plan_steps(DEMO, 1500, "float32", measured(2 * STEP_COSTS["float32"].sft_s))
-    assert slow.sft_step_s == 2 * STEP_COSTS["float32"].sft_s
-    assert slow.grpo_step_s == 2 * STEP_COSTS["float32"].grpo_s  # scaled alike
+    # planned at the run's pace, which a probe's few steps underestimate (PROBE_OVER_RUN)
+    assert slow.sft_step_s == pytest.approx(2 * STEP_COSTS["float32"].sft_s / PROBE_OVER_RUN)
+    assert slow.grpo_step_s == pytest.approx(2 * STEP_COSTS["float32"].grpo_s / PROBE_OVER_RUN)
     assert slow.estimated_s <= 1500 and slow.sft_steps < table.sft_steps
     assert slow.estimated_s == slow.sft_steps * slow.sft_step_s + slow.grpo_steps * slow.grpo_step_s
     assert "measured here" in slow.reason and "measured here" in slow.cost_source
     assert table.sft_step_s == STEP_COSTS["float32"].sft_s and table.measured_s == 0
+
+
+def test_a_probe_is_planned_at_the_pace_its_runs_have_kept() -> None:
+    """A probe's three steps have read 0.79-0.975 of the run's mean step: a probe that reads
+    the table's cost buys fewer steps than the table, and the plan says why."""
+    table = plan_steps(DEMO, 1500, "float32")
+    probed = plan_steps(DEMO, 1500, "float32", measured(STEP_COSTS["float32"].sft_s))
+    assert 0 < PROBE_OVER_RUN < 1
+    assert probed.sft_steps < table.sft_steps
+    assert f"a probe's step has been {PROBE_OVER_RUN:g} of the run's mean" in probed.cost_source
 
 
 def test_the_seconds_spent_measuring_come_off_the_budget() -> None:
@@ -192,7 +204,7 @@ def test_the_step_is_measured_only_when_planning(tmp_path: Path) -> None:
 
     first = pinned_plan(DEMO, 1500, "float32", tmp_path, measure)
     again = pinned_plan(DEMO, 1500, "float32", tmp_path, measure)  # resumed: the pin
-    assert calls == [1] and again == first and first.sft_step_s == 40.0
+    assert calls == [1] and again == first and first.sft_step_s == pytest.approx(40 / PROBE_OVER_RUN)
 
 
 def test_a_plan_pinned_before_costs_were_recorded_still_loads(tmp_path: Path) -> None:
@@ -255,7 +267,8 @@ def test_the_probe_times_real_sft_steps_and_leaves_the_model_as_it_was(
     after = {p.name: p.read_bytes() for p in tiny_model_dir.iterdir() if p.is_file()}
     assert after == before
     plan = plan_steps(probe_spec().cpu, 3600, "float32", step)
-    assert plan.sft_step_s == step.step_s and plan.measured_s == step.spent_s
+    assert plan.sft_step_s == pytest.approx(step.step_s / PROBE_OVER_RUN)
+    assert plan.measured_s == step.spent_s
 
 
 def test_no_sft_steps_means_nothing_to_time(builtin_data_300: Path, tiny_model_dir: Path) -> None:

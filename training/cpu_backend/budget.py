@@ -88,16 +88,29 @@ class MeasuredStep:
     timed_steps: int
 
 
+PROBE_OVER_RUN = 0.92
+"""The probe's step over the mean step of the SFT run that followed it: median of 8 recorded
+runs on the demo spec (0.79 to 0.975, never above 1; `step_probe.json` and the `make demo`
+runs of 2026-12-06 in `demo_runs.json`). The run's steps include its checkpoint saves and
+its longer batches, which three timed steps rarely meet. Planning with the probe as it reads
+bought steps SFT's deadline then cut (82 planned, 65 trained), and a cosine schedule cut
+short ends before its learning rate has come down."""
+
+
 def measured_cost(dtype: str, measured: MeasuredStep) -> StepCost:
-    """The table's costs for `dtype` replaced by the measured SFT step, GRPO scaled alike."""
+    """The table's costs for `dtype` replaced by the measured SFT step (corrected by
+    `PROBE_OVER_RUN`), GRPO scaled alike."""
     table = STEP_COSTS[dtype]
-    ratio = measured.step_s / table.sft_s
+    sft_s = measured.step_s / PROBE_OVER_RUN
+    ratio = sft_s / table.sft_s
     return StepCost(
-        sft_s=measured.step_s,
+        sft_s=sft_s,
         grpo_s=table.grpo_s * ratio,
         source=f"measured here before training: {measured.timed_steps} SFT steps at "
-        f"{measured.step_s:.1f} s a step, {ratio:.2f}x the {dtype} table's {table.sft_s:g} s, "
-        f"so a GRPO step is taken as {ratio:.2f} x {table.grpo_s:g} s; the table: {table.source}",
+        f"{measured.step_s:.1f} s a step, planned as {sft_s:.1f} s (a probe's step has been "
+        f"{PROBE_OVER_RUN:g} of the run's mean), {ratio:.2f}x the {dtype} table's "
+        f"{table.sft_s:g} s, so a GRPO step is taken as {ratio:.2f} x {table.grpo_s:g} s; "
+        f"the table: {table.source}",
     )
 
 
