@@ -204,7 +204,8 @@ def test_the_step_is_measured_only_when_planning(tmp_path: Path) -> None:
 
     first = pinned_plan(DEMO, 1500, "float32", tmp_path, measure)
     again = pinned_plan(DEMO, 1500, "float32", tmp_path, measure)  # resumed: the pin
-    assert calls == [1] and again == first and first.sft_step_s == pytest.approx(40 / PROBE_OVER_RUN)
+    assert calls == [1] and again == first
+    assert first.sft_step_s == pytest.approx(40 / PROBE_OVER_RUN)
 
 
 def test_a_plan_pinned_before_costs_were_recorded_still_loads(tmp_path: Path) -> None:
