@@ -35,7 +35,9 @@ BUDGET_MINUTES = {"bfloat16": 20.0, "float32": 35.0}
 #: GRPO steps, so 518 s; with the step probe (2026-12-05, `demo_runs.json` "budget-probe"),
 #: 1,926 s of which 1,368 s probe and steps, so 558 s; a run with the SFT replay in GRPO took
 #: 2,140 s, 0.7 minutes over, with 600 here and the replay's cost not planned for. 660 keeps
-#: a margin of about 100 s over the runs measured.
+#: a margin of about 100 s over the runs measured. bf16 again (2026-12-06, later), with the
+#: evaluations decoding 48 rows together: 358 to 383 s in three runs (495 s in the last run
+#: before, whose quick evals took 181 s), so 480 keeps a margin for rollouts that run long.
 OVERHEAD_S = {"bfloat16": 480.0, "float32": 660.0}
 SPEC_FILE = "training_spec.yaml"
 
