@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 #: Episodes the candidate's evaluation keeps in flight on the project's CPU engine server, and
 #: the rows that engine decodes together. A decode step of a small model on two cores is
 #: mostly fixed cost, so 48 rows cost little more per step than 16
-#: (`benchmarks/bench_candidate_eval.py`).
+#: (`benchmarks/bench_eval_batch.py candidate`).
 CPU_EVAL_BATCH = 48
 
 
