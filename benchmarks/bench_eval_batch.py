@@ -36,17 +36,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training.evaluation.metrics import HEADLINE_METRICS
+
 RESULTS = Path(__file__).parent / "results"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_smollm2.yaml"
-METRICS = (
-    "pass_rate",
-    "exact_call_accuracy",
-    "tool_selection_accuracy",
-    "parseable_rate",
-    "abstention_rate",
-    "error_rate",
-    "mean_turns",
-)
+METRICS = (*(key for key, _ in HEADLINE_METRICS), "error_rate", "mean_turns")
 
 
 def each_size(sizes: list[int], run: Callable[[int, int], dict[str, Any]]) -> list[dict[str, Any]]:
