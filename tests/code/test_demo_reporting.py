@@ -11,7 +11,7 @@ import pytest
 
 from training.checkpoints.layout import PROGRESS_FILE
 from training.ops.demo.progress import CheckpointWatcher
-from training.ops.demo.summary import describe_answer
+from training.ops.demo.summary import describe_answer, rejection_note
 
 
 def test_watcher_counts_to_the_steps_the_job_pinned_not_the_demos_estimate(
@@ -261,3 +261,15 @@ def test_the_trainer_callback_writes_what_the_watcher_reads(tmp_path: Path) -> N
     assert "loss" not in json.loads((run / PROGRESS_FILE).read_text())
     assert CheckpointWatcher(tmp_path, [].append).poll() == ["SFT step 20/58"]
     assert sorted(p.name for p in run.iterdir()) == [PROGRESS_FILE]
+
+
+def test_a_rejection_says_why_what_is_served_and_what_to_try() -> None:
+    reasons = "overall.tool_selection_accuracy min: 0.4458 >= 0.45 required"
+    first = rejection_note(reasons, None, 20.0)
+    assert reasons in first and "nothing to serve" in first
+    assert "demo --budget-minutes 30" in first  # a longer budget: more SFT steps
+    assert "thresholds_demo.yaml" in first
+    kept = rejection_note(reasons, "3", 35.0)
+    assert "champion (version 3) is unchanged" in kept and "--budget-minutes 45" in kept
+    # no budget (the spec's steps as written): no budget to lengthen
+    assert "--budget-minutes" not in rejection_note(reasons, None, 0.0)

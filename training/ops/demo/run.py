@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.markup import escape
 
 from serving.runtime.ports import free_port
 from training.jobs.auth import new_token, ray_auth_env
@@ -36,6 +37,7 @@ from training.ops.demo.summary import (
     current_champion,
     print_airflow_access,
     print_summary,
+    rejection_note,
 )
 from training.pipeline.config import REPO_ROOT
 from training.registry.auth import Identity, RegistryCredentials, provision, server_env
@@ -477,12 +479,8 @@ def run_demo(
         answer: dict[str, Any] = {}
         question, expected = pack_question(dataset) if target else (DEMO_QUESTION, [])
         if not promoted:  # a rejection is a result of the gate, not a failure of the pipeline
-            kept = (
-                f"the champion (version {champion}) is unchanged and answers the chat"
-                if champion
-                else "with no champion yet there is nothing to serve"
-            )
-            console.print(f"[yellow]the gate rejected the candidate: {reasons}. {kept}.[/yellow]")
+            note = rejection_note(reasons, champion, budget.minutes)
+            console.print(f"[yellow]{escape(note)}[/yellow]")
         if champion:
             answer = serve_and_chat(
                 stack,
