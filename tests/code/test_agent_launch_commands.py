@@ -129,3 +129,15 @@ def test_the_demo_spec_decodes_its_quick_eval_rows_in_one_batch() -> None:
 
     cpu = load_spec(Path(__file__).parents[2] / "training" / "specs" / "cpu_smollm2.yaml").cpu
     assert cpu.eval_batch_size >= cpu.eval_rows > 0
+
+
+def test_the_engine_servers_batch_is_typed_and_absent_unless_asked_for(tmp_path: Path) -> None:
+    from training.pipeline.retraining_stage import evaluate_model
+
+    served = build_command(BackendConfig(backend="cpu", model_dir=Path("/models/toolrl/3")))
+    assert "--max-rows" not in served  # serving keeps the server's own default
+    for bad in (0, -3, 5000):
+        with pytest.raises(ValidationError):
+            BackendConfig(backend="cpu", model_dir=Path("/m"), max_rows=bad)
+    with pytest.raises(ValueError, match="at least one episode"):  # before any server starts
+        evaluate_model("/m", "/t.parquet", "http://127.0.0.1:1/mcp", tmp_path / "o.json", batch=0)

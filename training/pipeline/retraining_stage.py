@@ -421,7 +421,7 @@ def eval_server_config(model_dir: str, backend_name: str, batch: int, port: int)
         backend=backend_name,
         model_dir=Path(model_dir),
         port=port,
-        extra_args=("--max-rows", str(batch)) if backend_name == "cpu" else (),
+        max_rows=batch if backend_name == "cpu" else None,
     )
 
 
@@ -447,7 +447,10 @@ def evaluate_model(
     from serving.runtime.ports import free_port
     from training.evaluation.runner import EvalConfig, evaluate
 
-    batch = batch or (CPU_EVAL_BATCH if backend_name == "cpu" else 4)
+    if batch is None:
+        batch = CPU_EVAL_BATCH if backend_name == "cpu" else 4
+    elif batch < 1:
+        raise ValueError(f"an evaluation needs at least one episode in flight, not {batch}")
     backend = eval_server_config(model_dir, backend_name, batch, free_port())
     server = ModelServer(backend, out.parent / "logs").start(timeout_s=300)
     try:
