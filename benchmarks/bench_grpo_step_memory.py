@@ -2,7 +2,9 @@
 - summed: the policy loss plus the replay, one backward (the trainer before micro-batches);
 - replay_first / policy_first: a backward each, in that order;
 - policy_in_halves: the policy loss in two micro-batches of rollouts, each backpropagated
-  before the next is built, then the replay (`cpu.grpo_micro_batches: 2`, grpo.py).
+  before the next is built, then the replay (`cpu.grpo_micro_batches: 2`, grpo.py);
+- policy_tokens_N: the policy loss in row chunks of at most N sampled tokens, each
+  backpropagated before the next, then the replay (`cpu.grpo_update_tokens: N`).
 
 Why: a three-run demo's GRPO phase peaked at 8.52 GiB, over the issue's 8 GiB. The first
 guess was the replay's graph held beside the policy's; the figures say the policy graph
@@ -22,8 +24,8 @@ and nothing else.
 Then, because one step in a fresh process is not a training run (the resident set climbs
 from step to step as glibc keeps freed pages), `--job` runs the real training stage
 (`python -m training.jobs.entry --backend cpu`, the demo spec after a short SFT) once per
-`--job-runs` setting (`cpu.grpo_micro_batches` 1 or 2, or glibc's mmap threshold fixed at 1 or
-4 MiB, `cpu.malloc_mmap_threshold_mib`) and reads
+`--job-runs` setting (`cpu.grpo_micro_batches` 1 or 2, `cpu.grpo_update_tokens` 1024 or 512,
+or glibc's mmap threshold fixed at 1 or 4 MiB, `cpu.malloc_mmap_threshold_mib`) and reads
 each run's peak RSS per phase, and its resident set after every GRPO step, from its
 `cpu_report.json`, with its GRPO seconds.
 
@@ -56,14 +58,25 @@ RESULTS = REPO / "benchmarks" / "results" / "grpo_step_memory.json"
 JOB_RESULTS = REPO / "benchmarks" / "results" / "grpo_job_memory.json"
 #: `--job` runs: name -> the `cpu` fields it changes in the demo spec (`--job-runs` picks).
 JOB_RUNS: dict[str, dict[str, Any]] = {
-    "micro_batches_1": {"grpo_micro_batches": 1},
-    "micro_batches_2": {"grpo_micro_batches": 2},
-    "glibc_default": {"malloc_mmap_threshold_mib": None},
-    "mmap_1mib": {"malloc_mmap_threshold_mib": 1},
-    "mmap_4mib": {"malloc_mmap_threshold_mib": 4},
+    "micro_batches_1": {"grpo_micro_batches": 1, "grpo_update_tokens": None},
+    "micro_batches_2": {"grpo_micro_batches": 2, "grpo_update_tokens": None},
+    "update_tokens_1024": {"grpo_micro_batches": 1, "grpo_update_tokens": 1024},
+    "update_tokens_512": {"grpo_micro_batches": 1, "grpo_update_tokens": 512},
+    "glibc_default": {"malloc_mmap_threshold_mib": None, "grpo_update_tokens": None},
+    "mmap_1mib": {"malloc_mmap_threshold_mib": 1, "grpo_update_tokens": None},
+    "mmap_4mib": {"malloc_mmap_threshold_mib": 4, "grpo_update_tokens": None},
 }
 SPEC = REPO / "training" / "specs" / "cpu_smollm2.yaml"
-VARIANTS = ("summed", "replay_first", "policy_first", "policy_in_halves")
+#: `policy_tokens_N`: the policy loss in row chunks of at most N trained tokens
+#: (`cpu.grpo_update_tokens`, update_chunks.py), each backpropagated before the next.
+VARIANTS = (
+    "summed",
+    "replay_first",
+    "policy_first",
+    "policy_in_halves",
+    "policy_tokens_1024",
+    "policy_tokens_512",
+)
 
 
 def peak_gib() -> float:
@@ -125,6 +138,7 @@ def variant(name: str, scratch: Path, dtype: str) -> dict[str, Any]:
     from serving.tools import get_catalog
     from training.cpu_backend.packed_loss import frozen_context_completion_logps
     from training.cpu_backend.replay import sft_replay
+    from training.cpu_backend.update_chunks import row_chunks
     from training.model.prepare import prepared_dir
 
     spec, model, _ = _load(dtype)
@@ -158,6 +172,11 @@ def variant(name: str, scratch: Path, dtype: str) -> dict[str, Any]:
     elif name == "policy_first":
         policy().backward()
         replay.loss(model, 0).backward()
+    elif name.startswith("policy_tokens_"):
+        budget = int(name.removeprefix("policy_tokens_"))
+        for rows in row_chunks([int(n) for n in step["sampled"].sum(dim=1)], budget):
+            policy(rows).backward()
+        replay.loss(model, 0).backward()
     else:  # two micro-batches of whole groups (rows are group-major), then the replay
         half = step["ids"].shape[0] // 2
         policy(slice(0, half)).backward()
@@ -175,27 +194,40 @@ def variant(name: str, scratch: Path, dtype: str) -> dict[str, Any]:
     }
 
 
+def generate_data(scratch: Path, rows: int = 600) -> Path:
+    """A built-in dataset of `rows` rows (seed 0) under `scratch/data`."""
+    data = scratch / "data"
+    generate_command = [sys.executable, "-m", "training.cli", "data", "generate", "--quiet"]
+    generate_command += ["--out", str(data), "--n", str(rows)]
+    subprocess.run(generate_command, check=True, cwd=REPO)
+    return data
+
+
+def job_workdir(
+    scratch: Path, name: str, data: Path, changes: dict[str, Any], sft_steps: int, grpo_steps: int
+) -> Path:
+    """A workdir for one training-stage run: `data` linked in, the demo spec with these step
+    counts, no quick evals, no time budget and the `cpu` fields in `changes`."""
+    import yaml
+
+    workdir = scratch / f"job-{name}"
+    workdir.mkdir()
+    (workdir / "data").symlink_to(data)
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["cpu"].update(sft_steps=sft_steps, grpo_steps=grpo_steps, eval_rows=0, time_budget_s=None)
+    spec["cpu"].update(changes)
+    (workdir / "spec.yaml").write_text(yaml.safe_dump(spec))
+    return workdir
+
+
 def job_peaks(scratch: Path, sft_steps: int, grpo_steps: int, names: list[str]) -> dict[str, Any]:
     """The training stage once per `JOB_RUNS` entry in `names`, on one generated dataset:
     each run's peak RSS per phase, its resident set and peak after every GRPO step, and its
     GRPO seconds."""
-    import yaml
-
-    data = scratch / "data"
-    generate_command = [sys.executable, "-m", "training.cli", "data", "generate", "--quiet"]
-    generate_command += ["--out", str(data), "--n", "600"]
-    subprocess.run(generate_command, check=True, cwd=REPO)
+    data = generate_data(scratch)
     runs: dict[str, Any] = {}
     for name in names:
-        workdir = scratch / f"job-{name}"
-        workdir.mkdir()
-        (workdir / "data").symlink_to(data)
-        spec = yaml.safe_load(SPEC.read_text())
-        spec["cpu"].update(
-            sft_steps=sft_steps, grpo_steps=grpo_steps, eval_rows=0, time_budget_s=None
-        )
-        spec["cpu"].update(JOB_RUNS[name])
-        (workdir / "spec.yaml").write_text(yaml.safe_dump(spec))
+        workdir = job_workdir(scratch, name, data, JOB_RUNS[name], sft_steps, grpo_steps)
         command = [sys.executable, "-m", "training.jobs.entry", "--spec", "spec.yaml"]
         command += ["--run-key", f"mem-{name}", "--backend", "cpu", "--workdir", str(workdir)]
         started = time.perf_counter()

@@ -32,13 +32,24 @@ from training.cpu_backend.checkpoints import (
     read_data_state,
 )
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer
-from training.cpu_backend.memory import PEAK_KEY, RSS_KEY, MemoryCallback
+from training.cpu_backend.memory import (
+    PEAK_KEY,
+    RSS_KEY,
+    MemoryCallback,
+    release_free_pages,
+)
 from training.cpu_backend.packed_loss import frozen_context_completion_logps
 from training.cpu_backend.precision import PrecisionMixin
 from training.cpu_backend.prefix import completion_logps
 from training.cpu_backend.replay import SftReplay
 from training.cpu_backend.reward import ProjectReward, score_completions
 from training.cpu_backend.rollouts import EpisodeRollouts, Resampling
+from training.cpu_backend.update_chunks import (
+    chunk_weight,
+    row_chunks,
+    select_rows,
+    trained_tokens,
+)
 from training.spec.model import TrainingSpec
 
 #: verl's `actor.loss_agg_mode` -> TRL's `loss_type` (how token losses become one number).
@@ -182,6 +193,8 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
     flat_batches = 0
     """Optimizer steps skipped because every group's rollouts scored alike (no signal)."""
     sft_replay: SftReplay | None = None
+    update_tokens: int | None = None
+    """`cpu.grpo_update_tokens`: most trained tokens per backward pass (`update_chunks.py`)."""
     """`cpu.grpo_sft_replay_coef`: the SFT loss on the SFT start's examples, each step."""
     _tool_mask: Any = None
 
@@ -201,14 +214,45 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
             if not replay:
                 return torch.zeros((), requires_grad=True)
             return self._replay_loss(model)
+        release_free_pages()  # what generation and the no-gradient passes left as holes
+        chunks = row_chunks(trained_tokens(inputs), self.update_tokens)
+        if len(chunks) == 1:
+            loss = self._policy_loss(model, inputs)
+        else:
+            loss = self._chunked_policy_loss(model, inputs, chunks)
+        return loss + self._replay_loss(model) if replay else loss
+
+    def _policy_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        """TRL's GRPO loss on `inputs`."""
         # TRL masks tool tokens out of the loss after computing their log-probabilities;
         # the frozen-context path needs the mask earlier, to skip them altogether
         self._tool_mask = inputs.get("tool_mask")
         try:
-            loss = super()._compute_loss(model, inputs)  # type: ignore[no-untyped-call]
+            return super()._compute_loss(model, inputs)  # type: ignore[no-untyped-call]
         finally:
             self._tool_mask = None
-        return loss + self._replay_loss(model) if replay else loss
+
+    def _chunked_policy_loss(
+        self, model: Any, inputs: dict[str, Any], chunks: list[slice]
+    ) -> torch.Tensor:
+        """The loss over `chunks` of the micro-batch's rows (`update_chunks.py`): every chunk
+        but the last is backpropagated here, its graph freed before the next is built; the
+        last chunk's loss is returned for the trainer's backward, with the earlier chunks'
+        values added as a constant so the logged loss is the whole micro-batch's."""
+        if not (self.compute_loss_func is not None or getattr(self, "loss_is_scaled_for_ga", None)):
+            # the trainer would divide the returned loss again; the chunks here would not be
+            raise RuntimeError("chunked GRPO update needs TRL's loss scaled for accumulation")
+        rows = int(inputs["advantages"].shape[0])
+        done = torch.zeros(())
+        for index, part in enumerate(chunks):
+            weight = chunk_weight(self.loss_type, part, rows)
+            loss = self._policy_loss(model, select_rows(inputs, part, rows)) * weight
+            if index == len(chunks) - 1:
+                return loss + done
+            self.accelerator.backward(loss)
+            done = done + loss.detach()
+            release_free_pages()  # the chunk's graph is freed: its pages go back
+        raise AssertionError("row_chunks returns at least one chunk")
 
     def _first_micro_batch(self) -> bool:
         """Whether this loss is the optimizer step's first micro-batch (TRL counts
@@ -262,6 +306,8 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
                 compute_aux_loss,
                 **multimodal,
             )
+        if not torch.is_grad_enabled():
+            release_free_pages()  # generation's (or the previous pass's) freed pages
         if self.frozen_context:
             logps, entropies = frozen_context_completion_logps(
                 model,
@@ -407,12 +453,14 @@ def run_grpo(
                 layout,
                 drift,
                 meter,
-                MemoryCallback(),  # before the callbacks that forward logs
+                # before the callbacks that forward logs; gives the step's free pages back
+                MemoryCallback(release_after_step=True),
                 *(callbacks or []),
             ],
         )
     trainer.frozen_context = spec.cpu.frozen_context
     trainer.sft_replay = replay
+    trainer.update_tokens = spec.cpu.grpo_update_tokens
     trainer.toolrl_dtype = spec.cpu.dtype
     # GRPO's small steps are below bf16's resolution: round stochastically (precision.py)
     trainer.toolrl_stochastic_rounding = True

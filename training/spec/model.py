@@ -279,6 +279,17 @@ class CpuSection(_Section):
         "GRPO peak fell from 8.86 to 8.39 GiB (docs/parts/cpu_backend.md). Must divide "
         "prompts_per_step x rollout.n.",
     )
+    grpo_update_tokens: int | None = Field(
+        default=None,
+        ge=64,
+        le=65536,
+        description="Most trained tokens (the model's own sampled tokens) per backward pass "
+        "of a GRPO update: each micro-batch's rollouts are cut, in order, into chunks within "
+        "this budget, each backpropagated before the next is built (update_chunks.py), so a "
+        "step of long rollouts builds no bigger graph than one of short rollouts. Same "
+        "gradient up to rounding. None: one backward pass per micro-batch. Needs "
+        "algorithm.entropy_coeff 0 (TRL's entropy bonus is a per-token mean).",
+    )
     malloc_mmap_threshold_mib: float | None = Field(
         default=None,
         ge=0.0625,
@@ -445,6 +456,12 @@ class TrainingSpec(_Section):
             raise ValueError(
                 f"cpu.grpo_micro_batches ({self.cpu.grpo_micro_batches}) must divide a GRPO "
                 f"step's rollouts: cpu.prompts_per_step x rollout.n = {rollouts}"
+            )
+        if self.cpu.grpo_update_tokens is not None and self.algorithm.entropy_coeff > 0:
+            raise ValueError(
+                "cpu.grpo_update_tokens splits the GRPO loss by rollouts, which TRL's entropy "
+                "bonus (a per-token mean) does not survive: set algorithm.entropy_coeff to 0 "
+                "or unset cpu.grpo_update_tokens"
             )
         if self.algorithm.clip_ratio_high < self.algorithm.clip_ratio_low * 0.5:
             raise ValueError(
