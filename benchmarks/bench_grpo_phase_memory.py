@@ -111,8 +111,8 @@ def _instrument(records: list[dict[str, Any]], release: bool) -> None:
         setattr(owner, name, measured)
 
     if not release:  # the code before the in-step releases
-        grpo.release_free_pages = lambda: None  # type: ignore[assignment]
-        memory.release_free_pages = lambda: None  # type: ignore[assignment]
+        setattr(grpo, "release_free_pages", lambda: None)  # noqa: B010 (a module global)
+        setattr(memory, "release_free_pages", lambda: None)  # noqa: B010
     wrap(rollouts.EpisodeRollouts, "__call__", "generation")
     wrap(grpo.SharedPrefixGRPOTrainer, "_get_per_token_logps_and_entropies", "log-probs")
     wrap(grpo.SharedPrefixGRPOTrainer, "_compute_loss", "loss and chunk backward")

@@ -246,7 +246,7 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
         done = torch.zeros(())
         for index, part in enumerate(chunks):
             weight = chunk_weight(self.loss_type, part, rows)
-            loss = self._policy_loss(model, select_rows(inputs, part, rows)) * weight
+            loss: torch.Tensor = self._policy_loss(model, select_rows(inputs, part, rows)) * weight
             if index == len(chunks) - 1:
                 return loss + done
             self.accelerator.backward(loss)

@@ -62,7 +62,7 @@ def chunk_weight(loss_type: str, rows: slice, total_rows: int) -> float:
         )
     if kind == "global":
         return 1.0
-    return (rows.stop - rows.start) / total_rows
+    return float(rows.stop - rows.start) / total_rows
 
 
 def select_rows(inputs: Mapping[str, Any], rows: slice, total_rows: int) -> dict[str, Any]:
