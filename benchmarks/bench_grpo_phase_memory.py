@@ -12,8 +12,9 @@ How: the demo spec (`cpu_smollm2.yaml`) after a short SFT, on one generated data
 real job driver in a child process per run, its methods wrapped to take the readings:
 generation (`EpisodeRollouts.__call__`), the log-probability passes with and without a
 gradient, the loss with its chunk backward passes, the whole training step, the optimizer
-step. Two runs: `kept` (the in-step `release_free_pages` calls turned off: the code before
-them) and `released` (the code as it is).
+step. Runs: `kept` (no release within GRPO: the code before), `released` (free pages
+released between phases and at each step's end, without a collection) and `collected` (the
+code as it is: Python's collector runs at each step's end before the release).
 
     python benchmarks/bench_grpo_phase_memory.py [--sft-steps 10] [--grpo-steps 3] [--out FILE]
 
@@ -38,7 +39,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))  # benchmark scripts are files, not
 sys.path.insert(0, str(REPO))
 
 RESULTS = REPO / "benchmarks" / "results" / "grpo_phase_memory.json"
-RUNS = ("kept", "released")
+RUNS = ("kept", "released", "collected")
+"""`released`: the in-step releases without Python's collector at the step's end (the code
+before it collected there); `collected`: the code as it is (`MemoryCallback` runs
+`memory.trim`, a collection and a release, after each optimizer step)."""
 GIB = 2**30
 
 
@@ -70,7 +74,7 @@ def _heap_gib() -> tuple[float, float]:
     return round((info.uordblks + info.hblkhd) / GIB, 3), round(info.fordblks / GIB, 3)
 
 
-def _instrument(records: list[dict[str, Any]], release: bool) -> None:
+def _instrument(records: list[dict[str, Any]], release: str) -> None:
     """Wrap the phases of a training step so each appends its readings to `records`."""
     import torch
     from transformers import Trainer
@@ -110,9 +114,15 @@ def _instrument(records: list[dict[str, Any]], release: bool) -> None:
 
         setattr(owner, name, measured)
 
-    if not release:  # the code before the in-step releases
+    if release == "kept":  # the code before the in-step releases
         setattr(grpo, "release_free_pages", lambda: None)  # noqa: B010 (a module global)
-        setattr(memory, "release_free_pages", lambda: None)  # noqa: B010
+    original_init = memory.MemoryCallback.__init__
+
+    def callback_init(callback: Any, release_after_step: bool = False) -> None:
+        original_init(callback, release_after_step and release != "kept")
+        callback.collect_after_step = release == "collected"
+
+    setattr(memory.MemoryCallback, "__init__", callback_init)  # noqa: B010
     wrap(rollouts.EpisodeRollouts, "__call__", "generation")
     wrap(grpo.SharedPrefixGRPOTrainer, "_get_per_token_logps_and_entropies", "log-probs")
     wrap(grpo.SharedPrefixGRPOTrainer, "_compute_loss", "loss and chunk backward")
@@ -125,7 +135,7 @@ def child(workdir: Path, run: str) -> None:
     from training.jobs.entry import main
 
     records: list[dict[str, Any]] = []
-    _instrument(records, release=run == "released")
+    _instrument(records, release=run)
     command = ["--spec", "spec.yaml", "--run-key", f"phases-{run}", "--backend", "cpu"]
     main([*command, "--workdir", str(workdir)])
     (workdir / "phases.json").write_text(json.dumps(records, indent=1))
@@ -151,6 +161,9 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=10, help="SFT steps before GRPO.")
     parser.add_argument("--grpo-steps", type=int, default=3, help="GRPO steps read.")
     parser.add_argument("--out", type=Path, default=RESULTS, help="Where the JSON goes.")
+    parser.add_argument(
+        "--runs", nargs="+", choices=RUNS, default=list(RUNS[:2]), help="Which runs."
+    )
     parser.add_argument("--child", choices=RUNS, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -166,7 +179,7 @@ def main() -> None:
     runs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-grpo-phases-") as folder:
         data = generate_data(Path(folder))
-        for run in RUNS:
+        for run in args.runs:
             workdir = job_workdir(Path(folder), run, data, {}, args.sft_steps, args.grpo_steps)
             command = [sys.executable, __file__, "--child", run, "--workdir", str(workdir)]
             subprocess.run(command, check=True, cwd=workdir, capture_output=True, text=True)
@@ -181,9 +194,7 @@ def main() -> None:
         "grpo_steps": args.grpo_steps,
         "dataset_rows": 600,
         **runs,
-        "grpo_peak_saved_gib": round(
-            runs["kept"]["grpo_peak_gib"] - runs["released"]["grpo_peak_gib"], 3
-        ),
+        "grpo_peak_gib": {run: runs[run]["grpo_peak_gib"] for run in args.runs},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
