@@ -193,9 +193,9 @@ class SharedPrefixGRPOTrainer(PrecisionMixin, GRPOTrainer):
     flat_batches = 0
     """Optimizer steps skipped because every group's rollouts scored alike (no signal)."""
     sft_replay: SftReplay | None = None
+    """`cpu.grpo_sft_replay_coef`: the SFT loss on the SFT start's examples, each step."""
     update_tokens: int | None = None
     """`cpu.grpo_update_tokens`: most trained tokens per backward pass (`update_chunks.py`)."""
-    """`cpu.grpo_sft_replay_coef`: the SFT loss on the SFT start's examples, each step."""
     _tool_mask: Any = None
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
