@@ -42,7 +42,7 @@ RESULTS = REPO / "benchmarks" / "results" / "grpo_phase_memory.json"
 RUNS = ("kept", "released", "collected")
 """`released`: the in-step releases without Python's collector at the step's end (the code
 before it collected there); `collected`: the code as it is (`MemoryCallback` runs
-`memory.trim`, a collection and a release, after each optimizer step)."""
+Python's collector, then `memory.release_free_pages`, after each optimizer step)."""
 GIB = 2**30
 
 
@@ -118,9 +118,12 @@ def _instrument(records: list[dict[str, Any]], release: str) -> None:
         setattr(grpo, "release_free_pages", lambda: None)  # noqa: B010 (a module global)
     original_init = memory.MemoryCallback.__init__
 
-    def callback_init(callback: Any, release_after_step: bool = False) -> None:
-        original_init(callback, release_after_step and release != "kept")
-        callback.collect_after_step = release == "collected"
+    def callback_init(callback: Any, release_after_step: bool = False, **_: Any) -> None:
+        original_init(
+            callback,
+            release_after_step=release_after_step and release != "kept",
+            collect_after_step=release == "collected",
+        )
 
     setattr(memory.MemoryCallback, "__init__", callback_init)  # noqa: B010
     wrap(rollouts.EpisodeRollouts, "__call__", "generation")

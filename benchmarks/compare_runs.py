@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = [load_run(label, Path(r), Path(w)) for label, r, w in args.run]
         result = {"note": args.note, **compare(runs)}
-    except (FileNotFoundError, RunMismatchError, KeyError, json.JSONDecodeError) as err:
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        # ValueError: RunMismatchError, a result that is not JSON, a journal line that is not
+        # a case (pydantic's ValidationError)
         print(f"compare_runs: {err}", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -100,3 +100,20 @@ def test_a_missing_eval_or_a_single_run_is_a_clear_error(
     with pytest.raises(SystemExit) as exited:
         compare_runs.main(["--run", "base", *map(str, base), "--out", out])
     assert exited.value.code == 2
+
+
+def test_a_corrupt_result_or_journal_is_a_clear_error(
+    compare_runs: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = write_run(tmp_path, "base", [True, False])
+    other_result, other_workdir = write_run(tmp_path, "other", [True, False])
+    out = tmp_path / "out.json"
+    argv = ["--run", "base", *map(str, base), "--run", "other"]
+    other_result.write_text("{not json", encoding="utf-8")
+    assert compare_runs.main([*argv, str(other_result), str(other_workdir), "--out", str(out)]) == 2
+    other_result, other_workdir = write_run(tmp_path, "other", [True, False])
+    journal = journal_path(other_workdir / "eval" / "sft.json")
+    journal.write_text(journal.read_text() + '{"case_id": 3, "sample": "x"}\n', encoding="utf-8")
+    assert compare_runs.main([*argv, str(other_result), str(other_workdir), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.count("compare_runs:") == 2
+    assert not out.exists()

@@ -98,12 +98,12 @@ class MemoryCallback(TrainerCallback):
 
     It must come before the callbacks that forward logs (the trainer calls them in order)."""
 
-    def __init__(self, release_after_step: bool = False) -> None:
+    def __init__(self, release_after_step: bool = False, collect_after_step: bool = True) -> None:
+        """`collect_after_step`: with `release_after_step`, run Python's collector first (off
+        only where a benchmark measures what it does: `bench_grpo_phase_memory.py`)."""
         self._last: dict[str, float] = {}
         self.release_after_step = release_after_step
-        self.collect_after_step = True
-        """With `release_after_step`, run Python's collector first (a benchmark turns it off
-        to measure what it does: `bench_grpo_phase_memory.py`)."""
+        self.collect_after_step = collect_after_step
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         status = status_gib()
