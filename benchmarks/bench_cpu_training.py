@@ -289,6 +289,7 @@ def main() -> None:
             "zero_std_fractions": training["grpo"].get("zero_std_fractions"),
             "resampling": training["grpo"].get("resampling"),
         },
+        "format_guard": training.get("format_guard"),
         "quick_eval": {
             stage: {k: v for k, v in payload.items() if k not in ("examples",)}
             for stage, payload in training["evals"].items()

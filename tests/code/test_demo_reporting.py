@@ -64,6 +64,34 @@ def test_watcher_reports_each_milestone_once_in_order(tmp_path: Path) -> None:
     ]
 
 
+def test_watcher_reports_the_format_guards_extension(tmp_path: Path) -> None:
+    """SFT did not learn the format; GRPO's minutes went to more SFT (format_guard.py): the
+    user sees the weak eval, the extension's steps and checkpoint, and its eval."""
+    run = tmp_path / "manual__1" / "checkpoints"
+    said: list[str] = []
+    watcher = CheckpointWatcher(tmp_path, said.append, totals={"sft": 74, "grpo": 2})
+    (run / "sft" / "global_step_66").mkdir(parents=True)
+    (run / "eval_sft.json").write_text(
+        json.dumps({"parseable_rate": 0.24, "tool_selection_accuracy": 0.39})
+    )
+    (run / PROGRESS_FILE).write_text(
+        json.dumps({"phase": "sft_extension", "step": 4, "of": 16, "loss": 0.41})
+    )
+    assert watcher.poll() == [
+        "SFT checkpoint: step 66/74",
+        "more SFT (format guard) step 4/16, loss 0.41",
+        "quick eval after SFT: parseable 24%, right tool 39%",
+    ]
+    (run / "sft_extension" / "global_step_16").mkdir(parents=True)
+    (run / "eval_sft_extended.json").write_text(
+        json.dumps({"parseable_rate": 0.71, "tool_selection_accuracy": 0.5})
+    )
+    assert watcher.poll() == [
+        "more SFT checkpoint: step 16",
+        "quick eval after more SFT: parseable 71%, right tool 50%",
+    ]
+
+
 def test_watcher_reports_a_running_phase_at_each_tenth_between_checkpoints(
     tmp_path: Path,
 ) -> None:

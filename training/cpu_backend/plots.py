@@ -19,7 +19,12 @@ from typing import Any
 
 from training.evaluation.metrics import HEADLINE_METRICS
 
-STAGES = (("before", "base model"), ("sft", "after SFT"), ("grpo", "after GRPO"))
+STAGES = (
+    ("before", "base model"),
+    ("sft", "after SFT"),
+    ("sft_extended", "after more SFT"),  # the format guard's extension (format_guard.py)
+    ("grpo", "after GRPO"),
+)
 
 
 def _rate(block: Mapping[str, Any], key: str) -> float:
@@ -87,15 +92,15 @@ def before_after(evals: Mapping[str, Mapping[str, Any]], out: Path) -> Path | No
         1, 2, figsize=(11, 3.6), dpi=110, gridspec_kw={"width_ratios": [5, max(len(categories), 1)]}
     )
     width = 0.8 / len(present)
-    colours = ("#8c959f", "#1f6feb", "#2da44e")
+    colours = ("#8c959f", "#1f6feb", "#8250df", "#2da44e")
     for index, (key, label) in enumerate(present):
         values = [_rate(evals[key], rate) for rate, _ in HEADLINE_METRICS]
         positions = [i + (index - (len(present) - 1) / 2) * width for i in range(len(values))]
-        left.bar(positions, values, width, label=label, color=colours[index % 3])
+        left.bar(positions, values, width, label=label, color=colours[index % len(colours)])
         by_category = evals[key].get("by_category") or {}
         scores = [_rate(by_category.get(c) or {}, "pass_rate") for c in categories]
         places = [i + (index - (len(present) - 1) / 2) * width for i in range(len(categories))]
-        right.bar(places, scores, width, color=colours[index % 3])
+        right.bar(places, scores, width, color=colours[index % len(colours)])
     rows = next((int(evals[key].get("rows", 0)) for key, _ in present), 0)
     labels = [label for _, label in HEADLINE_METRICS]
     left.set_xticks(range(len(labels)), labels, fontsize=8)

@@ -25,6 +25,7 @@ import pandas as pd
 
 from serving.mcp_client.base import TOKEN_ENV
 from serving.toolcalls import using_registry
+from training.cpu_backend import format_guard
 from training.cpu_backend.budget import MIN_SFT_STEPS, BudgetPlan, pinned_plan
 from training.cpu_backend.compute_dtype import DtypeChoice, pinned_choice
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer, list_tools
@@ -250,6 +251,7 @@ def _result(
     model_dir: Path,
     sft: SftResult,
     grpo: GrpoResult,
+    verdict: format_guard.FormatVerdict,
 ) -> dict[str, Any]:
     """`result.json`: what the DAG and the gate read."""
     status = (
@@ -257,6 +259,8 @@ def _result(
         if grpo.drift_stopped
         else ("succeeded" if grpo.final_step >= grpo.planned_steps else "incomplete")
     )
+    if verdict.action == "extend":
+        status = "sft_only"  # complete: GRPO's steps went to SFT (format_guard.py)
     last_rate = grpo.malformed_history[-1] if grpo.malformed_history else 0.0
     result: dict[str, Any] = {
         "schema_version": 1,
@@ -281,6 +285,7 @@ def _result(
         "message": (
             f"cpu-trl: sft {sft.steps} steps, grpo {grpo.steps_trained} steps this run "
             f"(resumed from {grpo.resumed_from}); report in {REPORT}"
+            + ("" if verdict.action == "grpo" else f". {verdict.reason}")
         ),
     }
     return result
@@ -300,6 +305,53 @@ def _grpo_report(grpo: GrpoResult, budget: RolloutBudget, run_dir: Path) -> dict
         "peak_rss_gib": grpo.peak_rss_gib,
         "malformed_history": grpo.malformed_history,
         "rollouts": str(run_dir / ROLLOUTS_FILE),
+    }
+
+
+def skipped_grpo(model_dir: Path, planned: int) -> GrpoResult:
+    """The GRPO phase the format guard did not run: no step, `model_dir` is the candidate."""
+    return GrpoResult(model_dir, 0, planned, 0, 0.0, 0, False, None)
+
+
+def _extend_sft(
+    spec: TrainingSpec,
+    verdict: format_guard.FormatVerdict,
+    sft: SftResult,
+    train_file: Path,
+    run_dir: Path,
+    schemas: list[ToolSchema],
+    tracker: Tracker,
+) -> SftResult | None:
+    """The format guard's extension (`extend`): more SFT from the SFT model, limited to
+    GRPO's planned seconds under a budget; None when the verdict is `stop`."""
+    if verdict.action != "extend":
+        return None
+    callbacks: list[Any] = [
+        LogCallback(tracker, "train/sft_extension"),
+        ProgressCallback(run_dir, "sft_extension"),
+    ]
+    if verdict.extend_deadline_s is not None:
+        callbacks.append(SftDeadline(verdict.extend_deadline_s, 1))
+    return run_sft(
+        format_guard.extension_spec(spec, verdict),
+        sft.model_dir,
+        train_file,
+        run_dir,
+        schemas,
+        callbacks,
+        subdir=format_guard.EXTENSION_DIR,
+    )
+
+
+def _extension_report(extended: SftResult | None) -> dict[str, Any] | None:
+    if extended is None:
+        return None
+    return {
+        "steps": extended.steps,
+        "seconds": extended.seconds,
+        "first_loss": extended.first_loss,
+        "last_loss": extended.last_loss,
+        "model_dir": str(extended.model_dir),
     }
 
 
@@ -343,16 +395,32 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 spec, sft.model_dir, rows, url, run_dir / "eval_sft.json", token
             )
             release_memory(resident, "eval_sft")
-        grpo_callbacks = [LogCallback(tracker, "train"), ProgressCallback(run_dir, "grpo")]
-        replay = sft_replay(spec, train_file, sft.model_dir, schemas)
-        grpo = run_grpo(
-            spec, sft.model_dir, train_file, run_dir, url, grpo_callbacks, token, replay
-        )
-        timings["grpo_s"] = grpo.seconds
-        peaks["grpo"] = release_memory(resident, "grpo")
-        evals["grpo"] = quick_eval(
-            spec, grpo.model_dir, rows, url, run_dir / "eval_grpo.json", token
-        )
+        verdict = format_guard.judge(spec.cpu, evals.get("sft"), plan)
+        logger.info("format guard: %s", verdict.reason)
+        extended: SftResult | None = None
+        if verdict.action == "grpo":
+            grpo_callbacks = [LogCallback(tracker, "train"), ProgressCallback(run_dir, "grpo")]
+            replay = sft_replay(spec, train_file, sft.model_dir, schemas)
+            grpo = run_grpo(
+                spec, sft.model_dir, train_file, run_dir, url, grpo_callbacks, token, replay
+            )
+            timings["grpo_s"] = grpo.seconds
+            peaks["grpo"] = release_memory(resident, "grpo")
+            evals["grpo"] = quick_eval(
+                spec, grpo.model_dir, rows, url, run_dir / "eval_grpo.json", token
+            )
+        else:
+            extended = _extend_sft(spec, verdict, sft, train_file, run_dir, schemas, tracker)
+            if extended is not None:
+                timings["sft_extension_s"] = extended.seconds
+                peaks["sft_extension"] = release_memory(resident, "sft_extension")
+                evals["sft_extended"] = quick_eval(
+                    spec, extended.model_dir, rows, url, run_dir / "eval_sft_extended.json", token
+                )
+            grpo = skipped_grpo(
+                extended.model_dir if extended else sft.model_dir,
+                0 if extended else spec.cpu.grpo_steps,
+            )
         timings["eval_s"] = sum(float(e.get("seconds", 0.0)) for e in evals.values())
         model_dir = export_model(grpo.model_dir, workdir / "model")
 
@@ -366,7 +434,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         for stage, payload in evals.items():
             metrics.update(_eval_metrics(stage, payload))
         tracker.log(metrics, step=grpo.final_step)
-        result = _result(spec, spec_hash, run_dir, model_dir, sft, grpo)
+        result = _result(spec, spec_hash, run_dir, model_dir, sft, grpo, verdict)
         report: dict[str, Any] = {
             "result": result,
             "backend": "cpu-trl",
@@ -381,6 +449,10 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "deadline_s": deadline[0].seconds if deadline else None,
                 "stopped_by_deadline_at": deadline[0].stopped_at if deadline else None,
             },
+            "format_guard": {
+                **verdict.as_dict(),
+                "extension": _extension_report(extended),
+            },
             "grpo": _grpo_report(grpo, budget, run_dir),
             "compute_dtype": asdict(precision),
             "time_budget": asdict(plan) if plan else None,
@@ -393,6 +465,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         }
         report["plots"] = [str(p) for p in write_all(report, workdir / PLOTS)]
         tracker.log_artifacts(workdir / PLOTS, PLOTS)
-        tracker.log_artifact(run_dir / ROLLOUTS_FILE, "grpo")
+        if (run_dir / ROLLOUTS_FILE).is_file():  # none when the format guard skipped GRPO
+            tracker.log_artifact(run_dir / ROLLOUTS_FILE, "grpo")
         _write_json(workdir / REPORT, report)
     return result

@@ -434,16 +434,18 @@ def run_sft(
     run_dir: Path,
     schemas: list[ToolSchema],
     callbacks: list[Any] | None = None,
+    subdir: str = "sft",
 ) -> SftResult:
     """Warm-start `base_model` on the train split; resumable; returns the final model dir.
 
-    A finished warm start (`run_dir/sft/final/COMPLETE`) is reused as is; with
-    `cpu.sft_steps: 0` there is none and GRPO starts from `base_model` itself.
+    A finished warm start (`run_dir/<subdir>/final/COMPLETE`) is reused as is; with
+    `cpu.sft_steps: 0` there is none and GRPO starts from `base_model` itself. `subdir`
+    keeps a second SFT of the same run (the format guard's extension) apart from the first.
     """
     from transformers import AutoTokenizer
 
     cpu = spec.cpu
-    sft_dir = run_dir / "sft"
+    sft_dir = run_dir / subdir
     final = sft_dir / FINAL_DIR
     if cpu.sft_steps == 0:  # e.g. continuing from a champion that already knows the format
         return SftResult(base_model, 0, 0.0, 0, 0, None, None, None)

@@ -66,6 +66,10 @@ class Thresholds(BaseModel):
     """Reject when the champion's report was made on different data."""
     require_final_step: bool = True
     reject_drift_stop: bool = True
+    accept_sft_only: bool = True
+    """A run whose format guard gave GRPO's steps to SFT (status `sft_only`) planned no GRPO
+    step, and reached what it planned: judged on the metrics like any other. False: reject
+    such a candidate for not being RL-trained."""
 
     @model_validator(mode="after")
     def _paths(self) -> Thresholds:
@@ -83,7 +87,8 @@ class TrainingOutcome(BaseModel):
     planned_final_step: int = Field(ge=0)
     final_step: int = Field(ge=0)
     """The last step actually trained (checkpointed), not the one the job was asked for."""
-    stop_reason: Literal["completed", "format_drift", "error", "unknown"] = "completed"
+    stop_reason: Literal["completed", "sft_only", "format_drift", "error", "unknown"] = "completed"
+    """sft_only: complete, with GRPO's planned steps given to SFT by the format guard."""
 
 
 class Check(BaseModel):
@@ -148,6 +153,7 @@ def load_thresholds(path: Path) -> Thresholds:
 #: stopped early without a guard firing: the final-step check is what rejects it.
 RESULT_STOP_REASONS = {
     "succeeded": "completed",
+    "sft_only": "sft_only",
     "incomplete": "completed",
     "drifted": "format_drift",
     "failed": "error",
@@ -258,6 +264,12 @@ def _training(outcome: TrainingOutcome | None, thresholds: Thresholds) -> list[C
     checks = []
     if thresholds.require_final_step:
         ok = outcome.final_step >= outcome.planned_final_step > 0
+        detail = f"trained to step {outcome.final_step} of {outcome.planned_final_step}"
+        if outcome.stop_reason == "sft_only":
+            ok = thresholds.accept_sft_only and outcome.final_step >= outcome.planned_final_step
+            detail = "SFT-only: the format guard gave GRPO's steps to SFT" + (
+                "" if thresholds.accept_sft_only else " (accept_sft_only is false)"
+            )
         checks.append(
             Check(
                 name="training reached final step",
@@ -265,7 +277,7 @@ def _training(outcome: TrainingOutcome | None, thresholds: Thresholds) -> list[C
                 passed=ok,
                 value=outcome.final_step,
                 threshold=outcome.planned_final_step,
-                detail=f"trained to step {outcome.final_step} of {outcome.planned_final_step}",
+                detail=detail,
             )
         )
     if thresholds.reject_drift_stop:

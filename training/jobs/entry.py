@@ -256,16 +256,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="Exit 3 unless the run succeeded. Without it, a drifted or incomplete run exits 0 "
-        "once result.json is written: the gate, not the job, rejects such a candidate.",
+        help="Exit 3 unless the run completed (succeeded, or sft_only). Without it, a "
+        "drifted or incomplete run exits 0 once result.json is written: the gate, not the "
+        "job, rejects such a candidate.",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     result = run(load_spec(args.spec), args.workdir, args.backend)
     logger.info("training %s: step %d of %d", result.status, result.final_step, result.planned_step)
-    if result.status != "succeeded":
+    if not result.complete:
         logger.warning("%s; the gate will reject this candidate", result.message or result.status)
-    return EXIT_INCOMPLETE if args.strict and result.status != "succeeded" else 0
+    return EXIT_INCOMPLETE if args.strict and not result.complete else 0
 
 
 if __name__ == "__main__":

@@ -49,5 +49,5 @@ def register_cli(train: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
-        if result.status != "succeeded":
+        if not result.complete:
             raise typer.Exit(EXIT_INCOMPLETE)

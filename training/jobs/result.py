@@ -9,7 +9,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 RESULT_FILE = "result.json"
-Status = Literal["succeeded", "incomplete", "drifted", "failed"]
+Status = Literal["succeeded", "sft_only", "incomplete", "drifted", "failed"]
+COMPLETE_STATUSES: frozenset[str] = frozenset({"succeeded", "sft_only"})
+"""A run that did all it planned: `sft_only` is one whose format guard gave GRPO's steps to
+SFT because SFT had not learnt the call format (`training.cpu_backend.format_guard`)."""
 
 
 class TrainingResult(BaseModel):
@@ -21,8 +24,9 @@ class TrainingResult(BaseModel):
     schema_version: int = 1
     """Version of this layout."""
     status: Status
-    """succeeded, incomplete (stopped short of the planned step), drifted (stopped by the
-    format-drift guard) or failed."""
+    """succeeded, sft_only (complete, but the format guard gave GRPO's steps to SFT: an
+    SFT-only candidate), incomplete (stopped short of the planned step, or GRPO skipped by
+    the format guard), drifted (stopped by the format-drift guard) or failed."""
     final_step: int = Field(ge=0)
     """Last step with a complete checkpoint."""
     planned_step: int = Field(ge=0)
@@ -45,8 +49,16 @@ class TrainingResult(BaseModel):
 
     @property
     def reached_planned_step(self) -> bool:
-        """A resumed run can exit 0 having trained 0 steps; this is what catches it."""
+        """A resumed run can exit 0 having trained 0 steps; this is what catches it. An
+        `sft_only` run planned no GRPO step once its format guard spoke."""
+        if self.status == "sft_only":
+            return self.final_step >= self.planned_step
         return self.final_step >= self.planned_step > 0
+
+    @property
+    def complete(self) -> bool:
+        """Did all it planned: what `--strict` and the CLI's exit status ask."""
+        return self.status in COMPLETE_STATUSES
 
     def write(self, workdir: Path) -> Path:
         workdir.mkdir(parents=True, exist_ok=True)

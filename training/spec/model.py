@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     PositiveFloat,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -230,6 +231,38 @@ class CpuSection(_Section):
         "fit, from the measured step cost of the CPU's compute dtype, and the plan is pinned "
         "in the run directory (cpu_backend/budget.py). None: run the steps as written.",
     )
+    sft_format_guard: Literal["off", "extend", "stop"] = Field(
+        default="off",
+        description="What the run does when the quick eval after SFT finds the call format "
+        "not learnt (parseable below sft_format_min_parseable): from such a start most GRPO "
+        "rollouts are malformed, score alike and teach nothing. extend: GRPO's steps go to "
+        "more SFT instead (with a time budget, as many as GRPO's planned time buys; without, "
+        "sft_format_extend_steps), and the run ends as an SFT-only candidate; stop: GRPO is "
+        "skipped and the run ends incomplete, with that reason; off: GRPO runs anyway "
+        "(cpu_backend/format_guard.py).",
+    )
+    sft_format_min_parseable: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="The quick eval's parseable rate after SFT (tool cases that made a call "
+        "attempt with no malformed call) below which the format counts as not learnt. The "
+        "demo's promoted runs read 0.70-0.84 here; a run whose SFT did not learn the format, 0.24.",
+    )
+    sft_format_extend_steps: int = Field(
+        default=16,
+        ge=1,
+        description="SFT steps the format guard's extension trains when no time budget "
+        "plans the run (with one, GRPO's planned seconds decide).",
+    )
+    sft_format_extend_lr: float = Field(
+        default=3e-5,
+        gt=0,
+        description="Peak learning rate of the format guard's extension (the spec's cosine "
+        "schedule and floor ratio, fresh optimizer state). Not sft_lr: 16 steps restarted at "
+        "3e-4 from an SFT model took its parseable calls from 50% to 5% (docs/parts/"
+        "cpu_backend.md, the format guard).",
+    )
     grpo_categories: list[Category] = Field(
         default_factory=list,
         description="GRPO prompts only from train rows of these categories (empty: all): "
@@ -395,6 +428,12 @@ class CpuSection(_Section):
         description="embedded: start a mock-mode MCP server on a free loopback port for the "
         "run; external: use tools.server_url (a server that is already running).",
     )
+
+    @field_validator("sft_format_guard", mode="before")
+    @classmethod
+    def _guard_off_is_yaml_false(cls, value: object) -> object:
+        """YAML reads a bare `off` as false: take it as the word the user wrote."""
+        return "off" if value is False else value
 
     @model_validator(mode="after")
     def _boundary_weight_needs_frozen_context(self) -> CpuSection:

@@ -17,8 +17,10 @@ from types import TracebackType
 
 from training.checkpoints.layout import PROGRESS_FILE, STEP_DIR
 from training.cpu_backend.budget import PIN_FILE as BUDGET_PIN
+from training.cpu_backend.format_guard import EXTENSION_DIR
+from training.cpu_backend.plots import STAGES
 
-_EVAL_STAGES = {"before": "base model", "sft": "after SFT", "grpo": "after GRPO"}
+_EVAL_STAGES = dict(STAGES)
 
 
 def _steps(folder: Path) -> list[int]:
@@ -49,7 +51,7 @@ def _pinned_totals(run: Path) -> dict[str, int]:
         return {}
 
 
-_PHASES = {"sft": "SFT", "grpo": "GRPO"}
+_PHASES = {"sft": "SFT", "sft_extension": "more SFT (format guard)", "grpo": "GRPO"}
 #: A running phase is reported at each tenth of its steps.
 _PROGRESS_STEPS = 10
 
@@ -99,6 +101,8 @@ class CheckpointWatcher:
             for step in _steps(run / "sft"):
                 of = f"/{total_sft}" if total_sft else ""
                 found.append((f"{run}|sft|{step}", f"SFT checkpoint: step {step}{of}"))
+            for step in _steps(run / EXTENSION_DIR):  # the format guard's extension
+                found.append((f"{run}|more-sft|{step}", f"more SFT checkpoint: step {step}"))
             for step in _steps(run):
                 of = f"/{total_rl}" if total_rl else ""
                 found.append((f"{run}|rl|{step}", f"GRPO checkpoint: step {step}{of}"))

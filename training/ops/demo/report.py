@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.table import Table
 
+from training.cpu_backend.plots import STAGES
 from training.evaluation.metrics import HEADLINE_METRICS
 
 
@@ -68,7 +69,8 @@ def before_after_table(run_dir: Path) -> Table | None:
     columns: list[tuple[str, dict[str, Any]]] = []
     start = str((_read(run_dir / "start.json") or {}).get("start") or "base")
     first = "base" if start == "base" else start  # a continued run starts from the champion
-    for key, label in (("before", first), ("sft", "after SFT"), ("grpo", "after GRPO")):
+    for key, stage in STAGES:  # the plots' stages and labels, the start named as it is
+        label = first if key == "before" else stage
         if evals.get(key):
             columns.append((f"{label} (quick, {evals[key].get('cases', '?')})", evals[key]))
     for name, payload in (("candidate", candidate), ("champion", champion)):
