@@ -240,6 +240,26 @@ def test_the_before_after_table_reads_the_run_folders(tmp_path: Path) -> None:
     assert before_after_table(tmp_path / "nothing") is None
 
 
+def test_the_closing_report_names_what_the_format_guard_did(tmp_path: Path) -> None:
+    from training.ops.demo.report import format_guard_line
+
+    run = tmp_path / "manual__1"
+    job = run / "jobs" / "toolrl-x-a1"
+    job.mkdir(parents=True)
+    (job / "result.json").write_text("{}")
+    report = job / "cpu_report.json"
+    reason = "SFT did not learn the call format: 24% parseable"
+    report.write_text(json.dumps({"format_guard": {"action": "extend", "reason": reason}}))
+    assert format_guard_line(run) == f"an SFT-only candidate: {reason}"
+    report.write_text(json.dumps({"format_guard": {"action": "stop", "reason": reason}}))
+    assert format_guard_line(run) == f"GRPO skipped: {reason}"
+    for quiet in ({"format_guard": {"action": "grpo"}}, {}, {"format_guard": "junk"}):
+        report.write_text(json.dumps(quiet))
+        assert format_guard_line(run) is None
+    report.write_text("{torn")
+    assert format_guard_line(run) is None
+
+
 def test_the_closing_report_prints_the_question_beside_the_verdict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

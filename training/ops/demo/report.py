@@ -50,6 +50,16 @@ def start_line(run_dir: Path) -> str:
     return f"continued from {where} (GRPO on the fresh data; the registry records the parent)"
 
 
+def format_guard_line(run_dir: Path) -> str | None:
+    """What the training job's format guard did, when it acted (`format_guard.py`): the
+    reason and how the run ended. None when GRPO ran as planned or nothing is recorded."""
+    guard = (_read(job_dir(run_dir) / "cpu_report.json") or {}).get("format_guard")
+    if not isinstance(guard, dict) or guard.get("action") not in ("extend", "stop"):
+        return None
+    ended = "an SFT-only candidate" if guard["action"] == "extend" else "GRPO skipped"
+    return f"{ended}: {guard.get('reason') or 'no reason recorded'}"
+
+
 def _percent(value: Any) -> str:
     return "-" if not isinstance(value, int | float) else f"{float(value):.0%}"
 

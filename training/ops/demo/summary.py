@@ -13,6 +13,7 @@ from training.ops.demo.common import BIN, DEMO_QUESTION, MODEL_NAME, console
 from training.ops.demo.report import (
     answer_check,
     before_after_table,
+    format_guard_line,
     job_dir,
     latest_run,
     start_line,
@@ -131,6 +132,9 @@ def print_summary(
     run_dir = latest_run(pipeline)
     if run_dir is not None:
         console.print(f"training              {start_line(run_dir)}")
+        guarded = format_guard_line(run_dir)
+        if guarded:
+            console.print(f"format guard          [yellow]{guarded}[/yellow]")
         plots = job_dir(run_dir) / "plots"
         if plots.is_dir():
             console.print(f"plots                 {plots}")
