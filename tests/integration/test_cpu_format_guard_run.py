@@ -10,13 +10,12 @@ parseable makes the verdict certain without depending on what it happens to gene
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from testkit.dataset_rows import generated_dataset
 from training.cpu_backend.format_guard import EXTENSION_DIR
 from training.cpu_backend.run import REPORT, run_local
 from training.evaluation.gate import Thresholds, decide
@@ -58,17 +57,7 @@ SPEC: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("guard-data")
-    command = [sys.executable, "-m", "training.cli", "data", "generate", "--quiet"]
-    generated = subprocess.run(
-        [*command, "--out", str(root / "data"), "--n", "60"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert generated.returncode == 0, generated.stderr
-    return root / "data"
+    return generated_dataset(tmp_path_factory.mktemp("guard-data") / "data", 60)
 
 
 def run(data: Path, workdir: Path, guard: str) -> tuple[TrainingResult, dict[str, Any]]:

@@ -22,6 +22,7 @@ import pytest
 import torch
 import yaml
 
+from testkit.dataset_rows import generated_dataset
 from training.checkpoints.layout import MARKER, TRACKER
 from training.cpu_backend.budget import PIN_FILE as BUDGET_PIN
 from training.cpu_backend.compute_dtype import PIN_FILE, choose, cpu_flags
@@ -83,15 +84,7 @@ def driver(workdir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cpu-run")
-    command = [sys.executable, "-m", "training.cli", "data", "generate", "--quiet"]
-    generated = subprocess.run(
-        [*command, "--out", str(root / "data"), "--n", "80"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert generated.returncode == 0, generated.stderr
+    generated_dataset(root / "data", 80)
     (root / "spec.yaml").write_text(yaml.safe_dump(SPEC))
     return root
 
