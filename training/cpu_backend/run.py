@@ -2,8 +2,9 @@
 
 Order: resolve the base model (`tiny://<call_format>` builds the tiny Qwen3 locally), start
 a mock-mode MCP server on loopback (or use `tools.server_url`), quick eval of the base
-model, SFT warm start, quick eval, GRPO, quick eval, export the final model as a Hugging
-Face directory, write the run manifest last. Each finished piece leaves a file behind
+model, SFT warm start, quick eval, the format guard's verdict on it (`format_guard.py`:
+GRPO, or more SFT in GRPO's place, or neither), GRPO, quick eval, export the final model as
+a Hugging Face directory, write the run manifest last. Each finished piece leaves a file behind
 (`sft/final/COMPLETE`, `global_step_N/COMPLETE`, `eval_<stage>.json`), so a killed run
 started again skips what is done and continues the rest from its last checkpoint.
 """
