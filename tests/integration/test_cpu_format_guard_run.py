@@ -60,6 +60,14 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generated_dataset(tmp_path_factory.mktemp("guard-data") / "data", 60)
 
 
+@pytest.fixture(autouse=True)
+def no_tracking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs log nowhere: an MLflow URI another test left in the environment would send
+    them retrying against a server that is gone."""
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def run(data: Path, workdir: Path, guard: str) -> tuple[TrainingResult, dict[str, Any]]:
     raw = json.loads(json.dumps(SPEC))
     raw["cpu"]["sft_format_guard"] = guard
