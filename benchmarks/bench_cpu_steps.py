@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from typing import Any
 import torch
 
 from serving.engine.cpu_dtype import cpu_facts
+from training.cpu_backend.huge_pages import huge_page_state
 
 RESULTS = Path(__file__).parent / "results" / "cpu_steps.json"
 SPEC = Path(__file__).resolve().parents[1] / "training" / "specs" / "cpu_smollm2.yaml"
@@ -289,6 +291,7 @@ def main() -> None:
 
     spec = load_spec(SPEC)
     torch.set_num_threads(spec.cpu.threads)
+    torch.manual_seed(0)  # the same rollouts in every run, so two runs time the same work
     dtype = choose(args.dtype, cpu_flags()).dtype
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     facts = cpu_facts()
@@ -314,10 +317,12 @@ def main() -> None:
         "dtype": dtype,
         "threads": spec.cpu.threads,
         "mmap_threshold_mib": args.mmap_threshold_mib,
+        "huge_pages": huge_page_state(),
         "matmul_peak_gflops": peak,
         "model": {"layer_params": shape.layer_params, "head_params": shape.head_params},
         "sft_step": sft,
         "grpo_step": grpo,
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -32,6 +32,7 @@ from training.cpu_backend.compute_dtype import DtypeChoice, pinned_choice
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer, list_tools
 from training.cpu_backend.export import export_model
 from training.cpu_backend.grpo import ROLLOUTS_FILE, GrpoResult, run_grpo
+from training.cpu_backend.huge_pages import huge_page_note, huge_page_state
 from training.cpu_backend.memory import release_memory, set_mmap_threshold
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
@@ -363,6 +364,9 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     torch.set_num_threads(spec.cpu.threads)
     torch.manual_seed(spec.cpu.seed)
     set_mmap_threshold(spec.cpu.malloc_mmap_threshold_mib)  # before the first model is built
+    note = huge_page_note(spec.cpu.huge_pages)
+    if note:
+        logger.warning(note)
     spec_hash = resolve_paths(spec, workdir).spec_hash()  # as written: dtype auto stays auto
     spec, run_dir, precision = _pinned_run(spec, workdir)
     train_file = Path(spec.data.train_files[0])
@@ -461,6 +465,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             "tools": {**tool_usage(), "listed": sorted(s["function"]["name"] for s in schemas)},
             "peak_rss_gib": peaks,
             "resident_after_gib": resident,
+            "huge_pages": huge_page_state(),
             "metrics": metrics,
             "evals": {k: {x: y for x, y in v.items() if x != "examples"} for k, v in evals.items()},
         }

@@ -247,7 +247,7 @@ def run(spec: TrainingSpec, workdir: Path, backend: str) -> TrainingResult:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--run-key", required=True)
@@ -260,7 +260,25 @@ def main(argv: list[str] | None = None) -> int:
         "drifted or incomplete run exits 0 once result.json is written: the gate, not the "
         "job, rejects such a candidate.",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def wants_huge_pages(argv: list[str]) -> bool:
+    """Whether this job's process should run on 2 MiB pages: a CPU job whose spec asks
+    (`cpu.huge_pages`). A spec that does not load answers no here; `main` reports it."""
+    from training.spec.model import SpecError
+
+    args, _ = _parser().parse_known_args(argv)
+    if args.backend != "cpu":
+        return False
+    try:
+        return load_spec(args.spec).cpu.huge_pages
+    except SpecError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     result = run(load_spec(args.spec), args.workdir, args.backend)
     logger.info("training %s: step %d of %d", result.status, result.final_step, result.planned_step)
@@ -270,4 +288,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from training.cpu_backend.huge_pages import restart_with_huge_pages
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # before any torch work: both switches are read once, at start (huge_pages.py)
+    restart_with_huge_pages("training.jobs.entry", sys.argv[1:], wants_huge_pages(sys.argv[1:]))
     raise SystemExit(main())

@@ -323,6 +323,15 @@ class CpuSection(_Section):
         "gradient up to rounding. None: one backward pass per micro-batch. Needs "
         "algorithm.entropy_coeff 0 (TRL's entropy bonus is a per-token mean).",
     )
+    huge_pages: bool = Field(
+        default=True,
+        description="Start the training process with 2 MiB pages for its big tensors "
+        "(torch's THP_MEM_ALLOC_ENABLE and glibc's malloc.hugetlb tunable; the job driver "
+        "restarts itself with them, cpu_backend/huge_pages.py) where the kernel's "
+        "transparent-huge-page mode is madvise. Measured (bench_huge_pages.json, bf16, AMX): "
+        "SFT step 0.78x, GRPO update 0.92x, generation 0.94x, same peak memory. false: 4 KiB "
+        "pages, as before.",
+    )
     malloc_mmap_threshold_mib: float | None = Field(
         default=None,
         ge=0.0625,
