@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from training.cpu_backend.precision import MasterWeightAdamW, stochastic_bf16
+from training.cpu_backend.precision import MasterWeightAdamW, build_optimizer, stochastic_bf16
 
 
 def test_stochastic_rounding_is_unbiased_and_lands_on_neighbours() -> None:
@@ -67,3 +67,54 @@ def test_a_step_without_gradients_leaves_the_bf16_weights_bit_identical() -> Non
     snapshot = [moved.detach().clone(), frozen.detach().clone()]
     optimizer.step()  # no gradients at all
     assert all(torch.equal(p.detach(), s) for p, s in zip([moved, frozen], snapshot, strict=True))
+
+
+def _stepped(fused: bool, dtype: str) -> tuple[list[torch.Tensor], torch.optim.Optimizer]:
+    """A small model stepped three times with fixed gradients, the optimizer built as
+    training builds it (`build_optimizer`), fused or with torch's loop."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 8))
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    model[1].bias.requires_grad_(False)  # a frozen parameter stays out of the optimizer
+    optimizer = build_optimizer(model, dtype, lr=1e-3, weight_decay=0.01, fused=fused)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        for param in model.parameters():
+            if param.requires_grad:
+                param.grad = torch.randn(param.shape, generator=generator).to(param.dtype)
+        optimizer.step()
+        optimizer.zero_grad()
+    return [p.detach().float().clone() for p in model.parameters()], optimizer
+
+
+def test_training_builds_fused_optimizers() -> None:
+    for dtype in ("float32", "bfloat16"):
+        _, optimizer = _stepped(True, dtype)
+        assert all(group["fused"] for group in optimizer.param_groups)
+        model = torch.nn.Linear(4, 4)
+        assert build_optimizer(model, dtype, lr=1e-3).param_groups[0]["fused"] is True
+
+
+def test_the_fused_kernel_steps_as_the_loop_does() -> None:
+    for dtype in ("float32", "bfloat16"):
+        fused, _ = _stepped(True, dtype)
+        loop, _ = _stepped(False, dtype)
+        for a, b in zip(fused, loop, strict=True):
+            # fp32: equal up to the order of float operations; bf16: the same masters round
+            # to the same or a neighbouring bf16 value
+            tolerance = 1e-6 if dtype == "float32" else 2e-2
+            assert torch.allclose(a, b, atol=tolerance, rtol=0), (dtype, (a - b).abs().max())
+
+
+def test_a_fused_optimizer_resumes_from_its_state_dict() -> None:
+    _, optimizer = _stepped(True, "bfloat16")
+    state = optimizer.state_dict()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 8)).to(torch.bfloat16)
+    model[1].bias.requires_grad_(False)
+    restored = build_optimizer(model, "bfloat16", lr=1e-3, weight_decay=0.01)
+    restored.load_state_dict(state)
+    assert isinstance(restored, MasterWeightAdamW) and isinstance(optimizer, MasterWeightAdamW)
+    for a, b in zip(restored.masters, optimizer.masters, strict=True):
+        assert torch.equal(a, b)

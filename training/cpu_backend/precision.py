@@ -115,8 +115,15 @@ def torch_dtype(name: str) -> torch.dtype:
 def build_optimizer(
     model: Any, dtype: str, stochastic_rounding: bool = False, **kwargs: Any
 ) -> torch.optim.Optimizer:
-    """AdamW for a float32 model, `MasterWeightAdamW` for a bf16 one."""
+    """AdamW for a float32 model, `MasterWeightAdamW` for a bf16 one; torch's fused CPU
+    kernel either way (one pass over each tensor instead of one per arithmetic step).
+
+    Why fused: measured on SmolLM2-135M (2 cores, AMX host, `bench_optimizer_step.py` ->
+    `optimizer_step.json`), a step over the bf16 model's fp32 masters took 0.47 s with the
+    loop and 0.19 s fused (SFT's nearest rounding), 0.96 and 0.75 s with GRPO's stochastic
+    rounding, and 0.27 and 0.08 s over a float32 model (the AVX2 hosts' path)."""
     params = [p for p in model.parameters() if p.requires_grad]
+    kwargs.setdefault("fused", True)
     if dtype == "bfloat16":
         return MasterWeightAdamW(params, stochastic_rounding=stochastic_rounding, **kwargs)
     return torch.optim.AdamW(params, **kwargs)
