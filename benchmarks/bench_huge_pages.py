@@ -177,7 +177,7 @@ def main() -> None:
         name: {p: min(r["seconds"][p] for r in rows) for p in PHASES} for name, rows in runs.items()
     }
     base = best["baseline"]
-    summary = {
+    summary: dict[str, dict[str, Any]] = {
         name: {
             "best_seconds": seconds,
             "ratio_to_baseline": {p: round(seconds[p] / base[p], 3) for p in PHASES},
