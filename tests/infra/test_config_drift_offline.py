@@ -227,6 +227,9 @@ KNOWN_UNREGISTERED = {
     # a handoff inside one training job, not a deployment setting: the job's entrypoint sets
     # it to the pack dataset's tools.json for the processes it starts (training/jobs/entry.py)
     "serving/toolcalls/registry.py": {"TOOLRL_TOOL_SNAPSHOT"},
+    # a handoff inside one training job, not a deployment setting: the job driver sets it
+    # when it restarts itself on 2 MiB pages, so that it never restarts twice
+    "training/cpu_backend/huge_pages.py": {"TOOLRL_HUGE_PAGES_RESTARTED"},
     # set for the MLflow server process the embedded demo starts (7 job workers otherwise)
     "training/ops/demo/run.py": {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION"},
     # the environment of the MLflow server the demo starts with its basic-auth app: MLflow's
