@@ -328,9 +328,9 @@ class CpuSection(_Section):
         description="Start the training process with 2 MiB pages for its big tensors "
         "(torch's THP_MEM_ALLOC_ENABLE and glibc's malloc.hugetlb tunable; the job driver "
         "restarts itself with them, cpu_backend/huge_pages.py) where the kernel's "
-        "transparent-huge-page mode is madvise. Measured (bench_huge_pages.json, bf16, AMX): "
-        "SFT step 0.78x, GRPO update 0.92x, generation 0.94x, same peak memory. false: 4 KiB "
-        "pages, as before.",
+        "transparent-huge-page mode is madvise. Measured (bf16, AMX): the trainer's SFT step "
+        "0.88x (huge_pages_trainer.json); in the step benchmark SFT 0.78x, GRPO update 0.92x, "
+        "same peak memory (huge_pages.json). false: 4 KiB pages, as before.",
     )
     malloc_mmap_threshold_mib: float | None = Field(
         default=None,
