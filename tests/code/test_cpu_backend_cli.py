@@ -32,3 +32,19 @@ def test_a_bad_spec_exits_2_with_the_field_named(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "train_files" in result.output
+
+
+def test_a_missing_data_file_exits_2_naming_it_before_training(tmp_path: Path) -> None:
+    """Not a pyarrow traceback minutes in: the path, and how relative paths resolve."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: x\nmodel: {path: tiny://hermes}\n"
+        "data: {train_files: [data/train.parquet], test_files: [/nowhere/test.parquet]}\n"
+    )
+    result = CliRunner().invoke(
+        make_app(), ["train", "local", "--spec", str(spec), "--workdir", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert str(tmp_path / "data" / "train.parquet") in result.output
+    assert "/nowhere/test.parquet" in result.output
+    assert "Traceback" not in result.output

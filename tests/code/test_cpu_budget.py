@@ -366,6 +366,9 @@ def test_a_real_sft_run_stops_at_its_deadline_and_a_rerun_keeps_that_step(
     run_dir = tmp_path / "run"
     done = run_sft(probe_spec(), tiny_model_dir, train, run_dir, schemas, [deadline])
     assert deadline.stopped_at == 2 and done.steps == 2
+    assert len(done.step_seconds) == 2 and all(s > 0 for s in done.step_seconds)
+    assert sum(done.step_seconds) <= done.seconds  # each step's wall time, within SFT's
     assert (done.model_dir / "COMPLETE").read_text().strip() == "2"
     again = run_sft(probe_spec(), tiny_model_dir, train, run_dir, schemas, [])
     assert again.model_dir == done.model_dir and again.steps == 2
+    assert again.step_seconds == ()  # nothing trained in this call: no step times

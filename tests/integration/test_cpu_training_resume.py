@@ -146,6 +146,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     assert (budget["sft_steps"], budget["grpo_steps"]) == (6, GRPO_STEPS)  # the steps fit
     assert report["sft"]["deadline_s"] > 0  # SFT had a time limit; the roomy one never bit
     assert report["sft"]["stopped_by_deadline_at"] is None and report["sft"]["steps"] == 6
+    assert report["sft"]["step_s"] == []  # SFT finished before the kill: none trained here
     assert plan_pin.stat().st_mtime_ns == plan_stamp  # the resumed run kept the pin: no probe
     assert report["grpo"]["steps_trained"] == GRPO_STEPS - SAVE_FREQ  # continued, not from 0
     assert 0 <= report["grpo"]["flat_batches"] <= GRPO_STEPS - SAVE_FREQ

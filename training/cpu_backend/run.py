@@ -451,6 +451,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "last_loss": sft.last_loss,
                 "dropped_rows": sft.dropped_rows,
                 "losses": [list(pair) for pair in sft.losses],
+                "step_s": [round(seconds, 2) for seconds in sft.step_seconds],
                 "deadline_s": deadline[0].seconds if deadline else None,
                 "stopped_by_deadline_at": deadline[0].stopped_at if deadline else None,
             },

@@ -289,6 +289,9 @@ class SftResult:
     resumed_from: int | None
     losses: tuple[tuple[int, float], ...] = ()
     """(step, loss) as the trainer logged them (this process's part of the run)."""
+    step_seconds: tuple[float, ...] = ()
+    """Wall seconds of each step this process trained, checkpoint saves included: where a
+    run's mean step differs from the budget probe's, this says which steps differ."""
 
     @property
     def steps_per_s(self) -> float:
@@ -458,13 +461,18 @@ def run_sft(
     rows, dropped = sft_examples(spec, train_file, tokenizer, schemas, cpu.sft_steps)
     if not rows:
         raise ValueError(f"every SFT row is longer than cpu.sft_max_length={cpu.sft_max_length}")
+    clock = StepClock()
     trainer = _trainer(
         spec,
         base_model,
         tokenizer,
         rows,
         sft_arguments(spec, sft_dir / ".trainer"),
-        [LayoutCallback(sft_dir, spec.checkpoint.keep, cpu.sft_batch_size), *(callbacks or [])],
+        [
+            LayoutCallback(sft_dir, spec.checkpoint.keep, cpu.sft_batch_size),
+            clock,
+            *(callbacks or []),
+        ],
     )
     resume = latest_complete_step(sft_dir)
     start = time.perf_counter()
@@ -493,4 +501,5 @@ def run_sft(
         losses[-1] if losses else None,
         resume,
         tuple(logged),
+        tuple(b - a for a, b in zip([start, *clock.ends], clock.ends, strict=False)),
     )

@@ -35,12 +35,22 @@ def register_cli(train: typer.Typer) -> None:
         the workdir. Exit 3 when the planned step was not reached."""
         from training.jobs.entry import EXIT_INCOMPLETE, run
         from training.spec.model import SpecError, load_spec
+        from training.spec.resolve import missing_data_files, resolve_paths
 
         try:
             loaded = load_spec(spec)
         except SpecError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from exc
+        missing = missing_data_files(resolve_paths(loaded, workdir.resolve()))
+        if missing:
+            typer.echo(
+                f"error: {spec}: no such data file: {', '.join(missing)} (relative paths "
+                f"resolve against --workdir {workdir}; `toolrl data generate` writes a "
+                "dataset)",
+                err=True,
+            )
+            raise typer.Exit(2)
         from training.cpu_backend.rollout_budget import RolloutBudgetError
 
         try:
