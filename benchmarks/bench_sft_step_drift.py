@@ -1,0 +1,148 @@
+"""Benchmark: does the SFT step get slower as a run goes on, and what grows with it?
+
+The budget's probe times three steps at the start of a run; on the AMX host the demo's run
+then averaged 1.37x the probe's step, and the run's own step times (`cpu_report.json`
+`sft.step_s`, recorded since 2026-12-07) rose from about 6 s to about 8 s over 81 steps. This
+script trains `--steps` SFT steps of the demo spec alone (no services) and records, per step,
+the wall time, the process's user and system CPU seconds, minor page faults, context
+switches, resident memory and the memory held on 2 MiB pages, then prints the means per
+quarter of the run. Run it once per allocator setting (the huge-page switches come from the
+environment, as the job driver sets them, `training/cpu_backend/huge_pages.py`):
+
+    THP_MEM_ALLOC_ENABLE=1 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 \\
+        .venv/bin/python benchmarks/bench_sft_step_drift.py --label huge-pages
+    .venv/bin/python benchmarks/bench_sft_step_drift.py --label 4k-pages
+
+Appends one entry per run to benchmarks/results/sft_step_drift.json with the CPU flags. Run
+it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = Path(__file__).parent / "results" / "sft_step_drift.json"
+SPEC = ROOT / "training" / "specs" / "cpu_smollm2.yaml"
+
+
+def resident_gib() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**30
+
+
+def quarters(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    size = max(1, len(rows) // 4)
+    parts = [rows[i * size : (i + 1) * size] for i in range(4) if rows[i * size : (i + 1) * size]]
+    return [
+        {key: round(statistics.fmean(row[key] for row in part), 3) for key in part[0]}
+        for part in parts
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--label", required=True, help="what this run is, in the results file")
+    parser.add_argument("--steps", type=int, default=70, help="SFT steps to train")
+    args = parser.parse_args()
+    if args.steps < 8:
+        parser.error("--steps must be at least 8 (four quarters of two steps)")
+
+    import torch
+    from transformers import TrainerCallback
+
+    from serving.engine.cpu_dtype import choose, cpu_facts
+    from serving.tools import get_catalog
+    from training.cpu_backend.huge_pages import anon_huge_pages_kib, huge_page_state
+    from training.cpu_backend.sft import run_sft
+    from training.data.packs.generate import generate_builtin_dataset
+    from training.spec.model import load_spec
+    from training.spec.resolve import resolve_model
+
+    class PerStep(TrainerCallback):
+        """The process's counters at each step's end."""
+
+        def __init__(self) -> None:
+            self.marks: list[tuple[float, ...]] = []
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            huge = (anon_huge_pages_kib() or 0) / 2**20
+            self.marks.append(
+                (
+                    time.perf_counter(),
+                    usage.ru_utime,
+                    usage.ru_stime,
+                    usage.ru_minflt,
+                    usage.ru_nvcsw,
+                    usage.ru_nivcsw,
+                    resident_gib(),
+                    huge,
+                )
+            )
+
+    spec = load_spec(SPEC)
+    dtype = choose(spec.cpu.dtype).dtype
+    torch.set_num_threads(spec.cpu.threads)
+    cpu = spec.cpu.model_copy(
+        update={"dtype": dtype, "sft_steps": args.steps, "sft_save_freq": args.steps + 1}
+    )
+    spec = spec.model_copy(update={"cpu": cpu})
+    schemas = list(get_catalog().openai_schemas())
+    per_step = PerStep()
+    with tempfile.TemporaryDirectory(prefix="bench-sft-drift-") as scratch:
+        folder = Path(scratch)
+        generate_builtin_dataset(folder / "data", n=300, seed=0, progress=False)
+        base = resolve_model(spec, folder)
+        print(f"{args.steps} SFT steps ({dtype}) ...", flush=True)
+        run_sft(spec, base, folder / "data" / "train.parquet", folder / "run", schemas, [per_step])
+    keys = ("wall_s", "user_s", "sys_s", "minor_faults", "waits", "preemptions")
+    rows = [
+        {
+            **{key: float(b[i] - a[i]) for i, key in enumerate(keys)},
+            "rss_gib": float(b[6]),
+            "huge_pages_gib": float(b[7]),
+        }
+        for a, b in zip(per_step.marks, per_step.marks[1:], strict=False)
+    ]
+    by_quarter = quarters(rows)
+    entry: dict[str, Any] = {
+        "label": args.label,
+        "measured_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu": cpu_facts(),
+        "dtype": dtype,
+        "threads": spec.cpu.threads,
+        "huge_pages": huge_page_state(),
+        "steps": args.steps,
+        "note": "per step after the first; 'waits' and 'preemptions' are the process's "
+        "voluntary and involuntary context switches",
+        "by_quarter": by_quarter,
+        "per_step": [{key: round(value, 3) for key, value in row.items()} for row in rows],
+        "last_quarter_over_first": {
+            key: round(by_quarter[-1][key] / by_quarter[0][key], 3)
+            for key in ("wall_s", "user_s", "sys_s", "rss_gib")
+            if by_quarter[0][key]
+        },
+    }
+    history = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps([*history, entry], indent=2) + "\n")
+    for number, quarter in enumerate(by_quarter, 1):
+        print(
+            f"quarter {number}: {quarter['wall_s']:.2f} s a step, user {quarter['user_s']:.2f} s, "
+            f"sys {quarter['sys_s']:.2f} s, resident {quarter['rss_gib']:.2f} GiB, "
+            f"on 2 MiB pages {quarter['huge_pages_gib']:.2f} GiB"
+        )
+    print(f"last quarter over first: {entry['last_quarter_over_first']} -> {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
