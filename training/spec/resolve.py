@@ -51,11 +51,12 @@ def resolve_model(spec: TrainingSpec, workdir: Path) -> Path:
 
 
 def missing_data_files(spec: TrainingSpec) -> list[str]:
-    """The spec's local train and test files that are not files (after `resolve_paths`):
-    named before training starts, instead of a reader's traceback minutes into the job.
-    Remote ones (`s3://...`) are left to the reader."""
+    """The spec's local train and test paths that do not exist (after `resolve_paths`):
+    named before training starts, instead of a reader's traceback minutes into the job. A
+    directory counts as there (a parquet dataset may be one); remote ones (`s3://...`) are
+    left to the reader."""
     named = [*spec.data.train_files, *spec.data.test_files]
-    return [path for path in named if "://" not in path and not Path(path).is_file()]
+    return [path for path in named if "://" not in path and not Path(path).exists()]
 
 
 def resolve_paths(spec: TrainingSpec, workdir: Path) -> TrainingSpec:
