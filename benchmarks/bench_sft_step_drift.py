@@ -52,6 +52,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", required=True, help="what this run is, in the results file")
     parser.add_argument("--steps", type=int, default=70, help="SFT steps to train")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="after each step run Python's collector and give free pages back "
+        "(memory.MemoryCallback, as GRPO does)",
+    )
     args = parser.parse_args()
     if args.steps < 8:
         parser.error("--steps must be at least 8 (four quarters of two steps)")
@@ -62,6 +68,7 @@ def main() -> None:
     from serving.engine.cpu_dtype import choose, cpu_facts
     from serving.tools import get_catalog
     from training.cpu_backend.huge_pages import anon_huge_pages_kib, huge_page_state
+    from training.cpu_backend.memory import MemoryCallback
     from training.cpu_backend.sft import run_sft
     from training.data.packs.generate import generate_builtin_dataset
     from training.spec.model import load_spec
@@ -103,7 +110,8 @@ def main() -> None:
         generate_builtin_dataset(folder / "data", n=300, seed=0, progress=False)
         base = resolve_model(spec, folder)
         print(f"{args.steps} SFT steps ({dtype}) ...", flush=True)
-        run_sft(spec, base, folder / "data" / "train.parquet", folder / "run", schemas, [per_step])
+        callbacks = [per_step, *([MemoryCallback(release_after_step=True)] if args.collect else [])]
+        run_sft(spec, base, folder / "data" / "train.parquet", folder / "run", schemas, callbacks)
     keys = ("wall_s", "user_s", "sys_s", "minor_faults", "waits", "preemptions")
     rows = [
         {
@@ -122,6 +130,7 @@ def main() -> None:
         "threads": spec.cpu.threads,
         "huge_pages": huge_page_state(),
         "steps": args.steps,
+        "collect_each_step": args.collect,
         "note": "per step after the first; 'waits' and 'preemptions' are the process's "
         "voluntary and involuntary context switches",
         "by_quarter": by_quarter,
