@@ -290,8 +290,9 @@ class SftResult:
     losses: tuple[tuple[int, float], ...] = ()
     """(step, loss) as the trainer logged them (this process's part of the run)."""
     step_seconds: tuple[float, ...] = ()
-    """Wall seconds of each step this process trained, checkpoint saves included: where a
-    run's mean step differs from the budget probe's, this says which steps differ."""
+    """Wall seconds of each step this process trained, checkpoint saves included (the first
+    also holds the trainer's start, a resume's checkpoint load among it): where a run's mean
+    step differs from the budget probe's, this says which steps differ."""
 
     @property
     def steps_per_s(self) -> float:
