@@ -13,6 +13,19 @@ environment, as the job driver sets them, `training/cpu_backend/huge_pages.py`):
         .venv/bin/python benchmarks/bench_sft_step_drift.py --label huge-pages
     .venv/bin/python benchmarks/bench_sft_step_drift.py --label 4k-pages
 
+The process sizes oneDNN's primitive cache as the trainer does (`cpu.onednn_primitive_cache`,
+`training/cpu_backend/onednn_cache.py`); a capacity in the environment wins, which is how
+the cache's own runs compare (2026-12-07: the default's steps drifted 1.13-1.20x over 60
+steps, 65,536's did not):
+
+    ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 THP_MEM_ALLOC_ENABLE=1 \
+        GLIBC_TUNABLES=glibc.malloc.hugetlb=1 .venv/bin/python \
+        benchmarks/bench_sft_step_drift.py --steps 60 --probe 20 --label default-cache
+
+`--probe N` also times fixed work (a matmul, and one made-up batch's forward and backward)
+in the training process every N steps: if that slows down, the process has changed, not the
+data. Each step's forward and backward and its optimizer step are recorded apart.
+
 Appends one entry per run to benchmarks/results/sft_step_drift.json with the CPU flags. Run
 it alone.
 """
@@ -58,6 +71,14 @@ def main() -> None:
         help="after each step run Python's collector and give free pages back "
         "(memory.MemoryCallback, as GRPO does)",
     )
+    parser.add_argument(
+        "--probe",
+        type=int,
+        default=0,
+        metavar="N",
+        help="time fixed work (a matmul, one fixed batch forward and backward) in the "
+        "training process every N steps and at the first and last",
+    )
     args = parser.parse_args()
     if args.steps < 8:
         parser.error("--steps must be at least 8 (four quarters of two steps)")
@@ -69,34 +90,89 @@ def main() -> None:
     from serving.tools import get_catalog
     from training.cpu_backend.huge_pages import anon_huge_pages_kib, huge_page_state
     from training.cpu_backend.memory import MemoryCallback
+    from training.cpu_backend.onednn_cache import size_primitive_cache
     from training.cpu_backend.sft import run_sft
     from training.data.packs.generate import generate_builtin_dataset
     from training.spec.model import load_spec
     from training.spec.resolve import resolve_model
 
     class PerStep(TrainerCallback):
-        """The process's counters at each step's end."""
+        """The process's counters at each step's end, the step's phases, and (with `--probe`)
+        fixed work timed in the training process at chosen steps."""
 
         def __init__(self) -> None:
             self.marks: list[tuple[float, ...]] = []
+            self.phases: list[dict[str, float]] = []
+            self.probes: list[dict[str, float]] = []
+            self.restarts: list[tuple[float, ...]] = []
+            self._begin = self._pre_optimizer = 0.0
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            huge = (anon_huge_pages_kib() or 0) / 2**20
-            self.marks.append(
-                (
-                    time.perf_counter(),
-                    usage.ru_utime,
-                    usage.ru_stime,
-                    usage.ru_minflt,
-                    usage.ru_nvcsw,
-                    usage.ru_nivcsw,
-                    resident_gib(),
-                    huge,
-                )
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._begin = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self._pre_optimizer = time.perf_counter()
+
+        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            now = time.perf_counter()
+            self.phases.append(
+                {
+                    "forward_backward_s": self._pre_optimizer - self._begin,
+                    "optimizer_s": now - self._pre_optimizer,
+                }
             )
 
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.marks.append(counters())
+            if state.global_step in probe_at:
+                self.probes.append({"step": state.global_step, **fixed_work(kwargs["model"])})
+            # the next step counts from here, so a probe's time is in no step's row
+            self.restarts.append(counters())
+
+    def counters() -> tuple[float, ...]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return (
+            time.perf_counter(),
+            usage.ru_utime,
+            usage.ru_stime,
+            usage.ru_minflt,
+            usage.ru_nvcsw,
+            usage.ru_nivcsw,
+            resident_gib(),
+            (anon_huge_pages_kib() or 0) / 2**20,
+        )
+
+    def fixed_work(model: Any) -> dict[str, float]:
+        """The same work at any point of the run: a matmul in the model's dtype, and a
+        forward and backward of one fixed batch (gradients dropped after, so training is
+        untouched). If these slow down as the run goes on, the process has changed, not
+        the data."""
+        generator = torch.Generator().manual_seed(0)
+        left = torch.randn(2048, 2048, generator=generator).to(model.dtype)
+        right = torch.randn(2048, 2048, generator=generator).to(model.dtype)
+        timings = []
+        for _ in range(12):
+            start = time.perf_counter()
+            left @ right
+            timings.append(time.perf_counter() - start)
+        ids = torch.randint(0, 40_000, (8, 480), generator=generator)
+        passes = []
+        for _ in range(3):
+            start = time.perf_counter()
+            model(input_ids=ids, labels=ids).loss.backward()
+            passes.append(time.perf_counter() - start)
+            model.zero_grad(set_to_none=True)
+        return {
+            "matmul_2048_s": round(min(timings[2:]), 5),
+            "fixed_forward_backward_s": round(min(passes), 3),
+            "rss_gib": round(resident_gib(), 3),
+        }
+
+    probe_at = (
+        {1, args.steps, *range(args.probe, args.steps + 1, args.probe)} if args.probe else set()
+    )
     spec = load_spec(SPEC)
+    primitive_cache = size_primitive_cache(spec.cpu.onednn_primitive_cache)  # before any matmul
     dtype = choose(spec.cpu.dtype).dtype
     torch.set_num_threads(spec.cpu.threads)
     cpu = spec.cpu.model_copy(
@@ -116,10 +192,13 @@ def main() -> None:
     rows = [
         {
             **{key: float(b[i] - a[i]) for i, key in enumerate(keys)},
+            **phase,
             "rss_gib": float(b[6]),
             "huge_pages_gib": float(b[7]),
         }
-        for a, b in zip(per_step.marks, per_step.marks[1:], strict=False)
+        for a, b, phase in zip(
+            per_step.restarts, per_step.marks[1:], per_step.phases[1:], strict=False
+        )
     ]
     by_quarter = quarters(rows)
     entry: dict[str, Any] = {
@@ -131,13 +210,15 @@ def main() -> None:
         "huge_pages": huge_page_state(),
         "steps": args.steps,
         "collect_each_step": args.collect,
+        "onednn_primitive_cache": primitive_cache,
         "note": "per step after the first; 'waits' and 'preemptions' are the process's "
         "voluntary and involuntary context switches",
         "by_quarter": by_quarter,
         "per_step": [{key: round(value, 3) for key, value in row.items()} for row in rows],
+        "fixed_work": per_step.probes,
         "last_quarter_over_first": {
             key: round(by_quarter[-1][key] / by_quarter[0][key], 3)
-            for key in ("wall_s", "user_s", "sys_s", "rss_gib")
+            for key in ("wall_s", "forward_backward_s", "optimizer_s", "user_s", "sys_s", "rss_gib")
             if by_quarter[0][key]
         },
     }
@@ -148,8 +229,11 @@ def main() -> None:
         print(
             f"quarter {number}: {quarter['wall_s']:.2f} s a step, user {quarter['user_s']:.2f} s, "
             f"sys {quarter['sys_s']:.2f} s, resident {quarter['rss_gib']:.2f} GiB, "
-            f"on 2 MiB pages {quarter['huge_pages_gib']:.2f} GiB"
+            f"on 2 MiB pages {quarter['huge_pages_gib']:.2f} GiB; forward+backward "
+            f"{quarter['forward_backward_s']:.2f} s, optimizer {quarter['optimizer_s']:.2f} s"
         )
+    for probe in per_step.probes:
+        print(f"fixed work at step {probe['step']}: {probe}")
     print(f"last quarter over first: {entry['last_quarter_over_first']} -> {RESULTS}")
 
 

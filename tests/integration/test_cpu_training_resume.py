@@ -26,6 +26,7 @@ from testkit.dataset_rows import generated_dataset
 from training.checkpoints.layout import MARKER, TRACKER
 from training.cpu_backend.budget import PIN_FILE as BUDGET_PIN
 from training.cpu_backend.compute_dtype import PIN_FILE, choose, cpu_flags
+from training.cpu_backend.onednn_cache import CAPACITY_VARIABLE
 from training.jobs.result import TrainingResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -61,6 +62,7 @@ SPEC: dict[str, Any] = {
         "threads": 2,
         "dtype": "auto",  # chosen from this CPU's flags and pinned across the kill
         "time_budget_s": 3600,  # roomy: the steps fit; the plan (with its probe) is pinned
+        "onednn_primitive_cache": 4096,  # the setting reaches the driver's report
     },
 }
 
@@ -109,6 +111,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     log = (workdir / "first.log").open("wb")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop(CAPACITY_VARIABLE, None)  # the spec's cache size, not one this shell chose
     first = subprocess.Popen(driver(workdir), stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         wait_for(run_dir / f"global_step_{SAVE_FREQ}" / MARKER, first, timeout=300)
@@ -140,6 +143,8 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     assert result.merged_model_dir and Path(result.merged_model_dir, "model.safetensors").is_file()
     report = json.loads((workdir / "cpu_report.json").read_text())
     assert report["resumed_from"]["grpo"] == SAVE_FREQ
+    # the driver sized oneDNN's cache from the spec before its first matmul
+    assert report["onednn_primitive_cache"] == SPEC["cpu"]["onednn_primitive_cache"]
     budget = report["time_budget"]  # the step was timed here, before training, and charged
     assert budget["measured_s"] > 0 and 0 < budget["sft_step_s"] < budget["measured_s"]
     assert "measured here" in budget["cost_source"]

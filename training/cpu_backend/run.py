@@ -34,6 +34,7 @@ from training.cpu_backend.export import export_model
 from training.cpu_backend.grpo import ROLLOUTS_FILE, GrpoResult, run_grpo
 from training.cpu_backend.huge_pages import huge_page_note, huge_page_state
 from training.cpu_backend.memory import release_memory, set_mmap_threshold
+from training.cpu_backend.onednn_cache import size_primitive_cache
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
 from training.cpu_backend.quick_eval import evaluate
@@ -364,6 +365,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
     torch.set_num_threads(spec.cpu.threads)
     torch.manual_seed(spec.cpu.seed)
     set_mmap_threshold(spec.cpu.malloc_mmap_threshold_mib)  # before the first model is built
+    primitive_cache = size_primitive_cache(spec.cpu.onednn_primitive_cache)  # before any matmul
     note = huge_page_note(spec.cpu.huge_pages)
     if note:
         logger.warning(note)
@@ -467,6 +469,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             "peak_rss_gib": peaks,
             "resident_after_gib": resident,
             "huge_pages": huge_page_state(),
+            "onednn_primitive_cache": primitive_cache,
             "metrics": metrics,
             "evals": {k: {x: y for x, y in v.items() if x != "examples"} for k, v in evals.items()},
         }

@@ -345,6 +345,20 @@ class CpuSection(_Section):
         "step took 1.36x and a GRPO update 1.43x as long (page faults on fresh pages), so "
         "it is for long runs on a host short of memory, not the time-bound demo.",
     )
+    onednn_primitive_cache: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Room in oneDNN's primitive cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY, set "
+        "by the training process before its first matmul; a value already in the "
+        "environment wins; cpu_backend/onednn_cache.py). A bf16 step builds about 65 new "
+        "matmul primitives, so oneDNN's default of 1,024 fills in some 15 steps and then "
+        "evicts. Measured (bf16, AMX): alone (bench_sft_step_drift.py) the SFT step grew "
+        "1.13-1.20x over 60 steps with the default and stayed flat with 65,536; but in "
+        "`make demo` 16,384 left the step's drift in place (6.2 -> 7.6 s) and raised the "
+        "training peak to 9.0 GiB (7.4-7.6 before). None: oneDNN's default, kept for the "
+        "demo. No effect on float32 (AVX2 hosts run MKL, not oneDNN).",
+    )
     resample_rounds: int = Field(
         default=0,
         ge=0,
