@@ -32,9 +32,19 @@ class Job:
 
 
 class EngineWorker:
-    """Runs `engine` on a daemon thread until `close()`."""
+    """Runs `engine` on a daemon thread until `close()`; or, made with `own_thread=False`,
+    in whichever thread calls `run_here`.
 
-    def __init__(self, engine: Engine, threads: int | None = None) -> None:
+    Why the second way: torch's OpenMP pool is fast only for the thread that made it.
+    Measured (`benchmarks/bench_engine_thread.py`, bf16, 2 cores): in a process whose main
+    thread has already run torch (a trainer has), the engine on a second thread decoded at
+    less than half the speed, on 1.2 cores, against the same requests with the engine on the
+    main thread. So an in-process caller that owns the main thread (the trainer's rollouts
+    and quick evals) steps the engine there and runs its episodes elsewhere."""
+
+    def __init__(
+        self, engine: Engine, threads: int | None = None, *, own_thread: bool = True
+    ) -> None:
         self.engine = engine
         self.threads = threads
         self.full_threads = threads or torch.get_num_threads()
@@ -45,8 +55,17 @@ class EngineWorker:
         self._in_flight: list[Request] = []
         self._stopped = threading.Event()
         self.failures = 0
-        self._thread = threading.Thread(target=self._run, name="toolrl-engine", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if own_thread:
+            self._thread = threading.Thread(target=self._run, name="toolrl-engine", daemon=True)
+            self._thread.start()
+
+    def run_here(self) -> None:
+        """Step the engine in the calling thread until another thread calls `close()` (a
+        worker made with `own_thread=False`; one with its own thread refuses)."""
+        if self._thread is not None:
+            raise RuntimeError("this engine already runs on its own thread")
+        self._run()
 
     def submit(self, request: Request, prefix_hint: Sequence[int] | None = None) -> None:
         if self._stopped.is_set():
@@ -108,7 +127,8 @@ class EngineWorker:
     def close(self) -> None:
         self._stopped.set()
         self._inbox.put(None)
-        self._thread.join(timeout=30)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
 
     def _admit(self, job: Job) -> None:
         engine = self.engine

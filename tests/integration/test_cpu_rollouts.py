@@ -12,6 +12,7 @@ the real engine on the real tiny model.
 from __future__ import annotations
 
 import json
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,6 +185,10 @@ def test_the_real_engine_on_the_tiny_model(server: RunningServer, tmp_path: Path
     rollout = EpisodeRollouts(renderer, server.url, settings, threads=1)
     batch = [prompt("What is 2 + 2?")] * 4
     model.train()  # as TRL holds it between steps
+    threads_seen: set[int] = set()  # every decode step's output head, by thread (a real hook)
+    hook = model.get_output_embeddings().register_forward_pre_hook(
+        lambda *_: threads_seen.add(threading.get_ident())
+    )
     out = rollout(
         batch,
         SimpleNamespace(
@@ -192,7 +197,10 @@ def test_the_real_engine_on_the_tiny_model(server: RunningServer, tmp_path: Path
             accelerator=SimpleNamespace(unwrap_model=lambda m: m),
         ),
     )
+    hook.remove()
     assert model.training  # generation ran in eval mode and left it as it found it
+    # the engine stepped on this (the trainer's) thread, the episodes elsewhere
+    assert threads_seen == {threading.get_ident()}
     for ids, mask, trajectory in zip(
         out["completion_ids"], out["env_mask"], rollout.last, strict=True
     ):

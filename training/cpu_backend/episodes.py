@@ -8,14 +8,16 @@ call the MCP tools, continue. The only difference from serving is the backend: t
 runs in this process on the trainer's model (token in, token out), so the sampled tokens
 are exactly what the loss is computed on.
 
-The engine runs on its own thread (`EngineWorker`); the episodes run on an event loop in
-the calling thread, so tool calls overlap with generation and every episode waiting for a
-model turn joins the same continuous batch.
+The engine steps in the calling thread (the trainer's main thread, whose OpenMP pool
+torch's kernels are fast on: `EngineWorker`'s docstring has the measurement); the episodes
+run on an event loop in a helper thread, so tool calls overlap with generation and every
+episode waiting for a model turn joins the same continuous batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,11 +79,17 @@ class EpisodeJob:
 
 @contextmanager
 def engine_backend(
-    model: Any, renderer: ChatRenderer, settings: EpisodeSettings, threads: int
+    model: Any,
+    renderer: ChatRenderer,
+    settings: EpisodeSettings,
+    threads: int,
+    own_thread: bool = True,
 ) -> Iterator[EngineBackend]:
-    """An `EngineBackend` over `model` for the duration of the block (the worker thread
-    stops at the end; the model is back in its previous train/eval mode). `model` may also
-    be a ready worker (anything with `generate_async` and `close`), which is used as is."""
+    """An `EngineBackend` over `model` for the duration of the block (the worker stops at
+    the end; the model is back in its previous train/eval mode). `model` may also be a ready
+    worker (anything with `generate_async` and `close`), which is used as is. With
+    `own_thread=False` nothing steps the engine until someone calls the worker's `run_here`
+    (`backend.worker`)."""
     from serving.engine.engine import Engine
     from serving.engine.worker import EngineWorker
 
@@ -90,7 +98,9 @@ def engine_backend(
     if not is_worker:
         model.eval()
     worker = (
-        model if is_worker else EngineWorker(Engine(model, max_rows=settings.max_rows), threads)
+        model
+        if is_worker
+        else EngineWorker(Engine(model, max_rows=settings.max_rows), threads, own_thread=own_thread)
     )
     try:
         yield EngineBackend(
@@ -144,8 +154,34 @@ def run_episodes(
     `stop="error"`, never as an exception."""
     if not jobs:
         return []
-    with engine_backend(model, renderer, settings, threads) as backend:
-        return asyncio.run(_run_all(backend, mcp_url, mcp_token, jobs, settings, tool_timeout_s))
+    if hasattr(model, "generate_async"):  # a ready worker steps itself
+        with engine_backend(model, renderer, settings, threads) as backend:
+            return asyncio.run(
+                _run_all(backend, mcp_url, mcp_token, jobs, settings, tool_timeout_s)
+            )
+    with engine_backend(model, renderer, settings, threads, own_thread=False) as backend:
+        outcome: list[list[Trajectory]] = []
+        failure: list[BaseException] = []
+
+        def run_loop() -> None:
+            try:
+                outcome.append(
+                    asyncio.run(
+                        _run_all(backend, mcp_url, mcp_token, jobs, settings, tool_timeout_s)
+                    )
+                )
+            except BaseException as exc:  # handed to the calling thread, raised there
+                failure.append(exc)
+            finally:
+                backend.worker.close()  # ends `run_here` below
+
+        loop = threading.Thread(target=run_loop, name="toolrl-episodes", daemon=True)
+        loop.start()
+        backend.worker.run_here()
+        loop.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def list_tools(mcp_url: str, mcp_token: str | None = None, timeout_s: float = 30.0) -> list[Any]:
