@@ -19,10 +19,12 @@ bodies are untrusted: size-capped, type-checked by the field rules the front doo
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -363,7 +365,16 @@ class EngineServer:
         return str(self.handle.renderer.tokenizer.decode(tokens, skip_special_tokens=True))
 
 
-def load(model_dir: str, name: str, dtype: str, max_rows: int, threads: int | None) -> ModelHandle:
+def load(
+    model_dir: str,
+    name: str,
+    dtype: str,
+    max_rows: int,
+    threads: int | None,
+    own_thread: bool = True,
+) -> ModelHandle:
+    """The model, its renderer and an engine worker over it. `own_thread=False`: nothing
+    steps the engine until a thread calls `worker.run_here` (the server's main thread)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -379,7 +390,7 @@ def load(model_dir: str, name: str, dtype: str, max_rows: int, threads: int | No
         token_id = tokenizer.convert_tokens_to_ids(token)
         if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
             stop_ids.add(token_id)
-    worker = EngineWorker(Engine(model, max_rows=max_rows), threads)
+    worker = EngineWorker(Engine(model, max_rows=max_rows), threads, own_thread=own_thread)
     return ModelHandle(name, ChatRenderer(tokenizer), worker, frozenset(stop_ids))
 
 
@@ -419,14 +430,63 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(SHARE_SIGNAL, share)
     signal.signal(ALONE_SIGNAL, share)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    handle = load(args.model, args.served_model_name, args.dtype, args.max_rows, args.threads)
+    handle = load(
+        args.model,
+        args.served_model_name,
+        args.dtype,
+        args.max_rows,
+        args.threads,
+        own_thread=False,
+    )
     handle_box.append(handle)
     handle.default_max_tokens = args.max_tokens
     logger.info("serving %s as %r on %s:%d", args.model, handle.name, args.host, args.port)
-    try:
-        web.run_app(EngineServer(handle).app(), host=args.host, port=args.port, print=None)
-    finally:
-        handle.worker.close()
+    serve_on_main_thread(handle, EngineServer(handle).app(), args.host, args.port)
+
+
+def serve_on_main_thread(handle: ModelHandle, app: web.Application, host: str, port: int) -> None:
+    """HTTP on a helper thread, the engine stepped on this (the main) thread: torch's OpenMP
+    pool is fast only on the thread that made it, and loading the model made it here
+    (`EngineWorker`'s docstring has the measurement). SIGTERM or SIGINT stops the HTTP side
+    first (requests in flight finish, the engine still stepping), then the engine; an HTTP
+    side that fails to start (a port in use) stops the engine and is raised here."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    failure: list[BaseException] = []
+    stopping = threading.Event()
+
+    def serve_http() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, host, port).start())
+            loop.run_forever()
+        except BaseException as exc:  # raised on the main thread once the engine stops
+            if not stopping.is_set():
+                failure.append(exc)
+        finally:
+            try:
+                loop.run_until_complete(runner.cleanup())
+            finally:
+                loop.close()
+                handle.worker.close()  # ends `run_here` below
+
+    def stop(signum: int, _: object) -> None:
+        logger.info("signal %d: stopping HTTP, then the engine", signum)
+        stopping.set()
+        try:
+            loop.call_soon_threadsafe(loop.stop)
+        except RuntimeError:  # the loop is already closed: only the engine is left
+            handle.worker.close()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    http = threading.Thread(target=serve_http, name="toolrl-http", daemon=True)
+    http.start()
+    handle.worker.run_here()
+    http.join(timeout=90)
+    if failure:
+        raise failure[0]
 
 
 if __name__ == "__main__":

@@ -382,3 +382,55 @@ def test_a_reload_halves_both_engines_threads_while_they_overlap(tmp_path: Path)
             server.stop()
     assert seen == {"before": (2,), "overlap": (1, 1), "after": (2,)}
     assert old.process is not None and old.process.poll() is not None  # drained, stopped
+
+
+def test_the_served_engine_steps_on_the_main_thread_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """`serve_on_main_thread` in this process (its signal handlers restored after): a chat
+    request is answered, every decode step ran on the main thread (a real forward hook on
+    the output head), and SIGTERM ends it, HTTP first, returning here."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from serving.engine.server import EngineServer, load, serve_on_main_thread
+
+    model_dir = build_tiny_model(tmp_path / "tiny", TinyModelConfig(hidden_size=64, num_layers=2))
+    handle = load(str(model_dir), "tiny", "float32", 4, 1, own_thread=False)
+    seen: set[int] = set()
+    head = handle.worker.engine.model.get_output_embeddings()
+    hook = head.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
+    port = free_port()
+    answered: list[int] = []
+
+    def client_then_sigterm() -> None:
+        body = json.dumps({"model": "tiny", "messages": MESSAGES, "max_tokens": 4}).encode()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not answered:
+            try:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=30) as reply:
+                    answered.append(reply.status)
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)  # not listening yet
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    caller = threading.Thread(target=client_then_sigterm, daemon=True)
+    try:
+        caller.start()
+        serve_on_main_thread(handle, EngineServer(handle).app(), "127.0.0.1", port)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        hook.remove()
+    caller.join(10)
+    assert answered == [200]
+    assert seen == {threading.get_ident()}  # the main thread stepped every decode
+    assert not [t for t in threading.enumerate() if t.name == "toolrl-http" and t.is_alive()]
