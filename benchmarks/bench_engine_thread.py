@@ -17,6 +17,10 @@ row, `bench_engine_decode.prompts`), sampled at temperature 0.8 with a seed and 
 token, so every row decodes exactly `--new` tokens in both arms. The arms alternate for
 `--rounds` rounds; the ratio is of the medians.
 
+It also times one decode-sized linear layer from the main thread and from a second one.
+Run it again with `OMP_WAIT_POLICY=passive` (OpenMP's pool threads then sleep between
+regions instead of spinning) to see where the main thread's advantage comes from.
+
     python benchmarks/bench_engine_thread.py [--rows 8 16] [--new 48] [--rounds 2]
 
 Writes benchmarks/results/engine_thread.json with the CPU flags. Run it alone.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import sys
@@ -126,6 +131,32 @@ def main() -> None:
         feeder.join()
         return made
 
+    def small_linear_us() -> float:
+        """Microseconds of one decode-sized linear layer (8 rows, 576 -> 1536), the kind of
+        small op a decode step is made of, on whichever thread calls it."""
+        weight = torch.randn(1536, 576).to(model.dtype)
+        rows = torch.randn(8, 576).to(model.dtype)
+        with torch.no_grad():
+            for _ in range(50):
+                torch.nn.functional.linear(rows, weight)
+            start = time.perf_counter()
+            for _ in range(3000):
+                torch.nn.functional.linear(rows, weight)
+        return (time.perf_counter() - start) / 3000 * 1e6
+
+    on_thread: list[float] = []
+
+    def linear_on_a_thread() -> None:
+        torch.set_num_threads(threads)
+        on_thread.append(small_linear_us())
+
+    on_main = small_linear_us()
+    helper = threading.Thread(target=linear_on_a_thread)
+    helper.start()
+    helper.join()
+    small_linear = {"main thread": round(on_main, 1), "own thread": round(on_thread[0], 1)}
+    print(f"small linear: {small_linear} (microseconds)", flush=True)
+
     arms: dict[str, Callable[[int], list[Request]]] = {
         "own thread": own_thread,
         "main thread": main_thread,
@@ -168,6 +199,8 @@ def main() -> None:
         "threads": threads,
         "prefix_tokens": len(prompts(1)[0]),
         "rounds": args.rounds,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "small_linear_us": small_linear,
         "sizes": sizes,
     }
     history = json.loads(args.out.read_text()) if args.out.exists() else []
