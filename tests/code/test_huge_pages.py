@@ -5,13 +5,11 @@ environment a restart adds, when a restart happens, and a real restart of a real
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from testkit.processes import run_testkit_module
 from training.cpu_backend.huge_pages import (
     GLIBC_HUGETLB,
     RESTARTED,
@@ -157,15 +155,8 @@ def test_only_a_cpu_job_whose_spec_asks_restarts(tmp_path: Path) -> None:
 
 
 def _probe(argument: str) -> list[dict[str, object]]:
-    env = {k: v for k, v in os.environ.items() if k not in (TORCH_SWITCH, TUNABLES, RESTARTED)}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), str(REPO)])
-    done = subprocess.run(
-        [sys.executable, "-m", "testkit.huge_page_probe", argument],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
+    done = run_testkit_module(
+        "huge_page_probe", argument, drop=[TORCH_SWITCH, TUNABLES, RESTARTED], timeout_s=120
     )
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 

@@ -6,14 +6,12 @@ still cached only when the capacity was raised."""
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from testkit.processes import run_testkit_module
 from training.cpu_backend.onednn_cache import (
     CAPACITY_VARIABLE,
     ONEDNN_DEFAULT,
@@ -63,16 +61,11 @@ def test_the_spec_leaves_onednns_default_and_refuses_nonsense() -> None:
 
 def _cached_again(argument: str) -> bool:
     """Run the probe process; whether its last convolution was a cache hit."""
-    env = {k: v for k, v in os.environ.items() if k != CAPACITY_VARIABLE}
-    env["ONEDNN_VERBOSE"] = "profile_create"
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), str(REPO)])
-    done = subprocess.run(
-        [sys.executable, "-m", "testkit.onednn_cache_probe", argument],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=True,
+    done = run_testkit_module(
+        "onednn_cache_probe",
+        argument,
+        drop=[CAPACITY_VARIABLE],
+        extra={"ONEDNN_VERBOSE": "profile_create"},
     )
     after = done.stdout.split("AGAIN", 1)[1]
     convolutions = [line for line in after.splitlines() if ",convolution," in line]
