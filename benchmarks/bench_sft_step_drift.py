@@ -48,10 +48,6 @@ RESULTS = Path(__file__).parent / "results" / "sft_step_drift.json"
 SPEC = ROOT / "training" / "specs" / "cpu_smollm2.yaml"
 
 
-def resident_gib() -> float:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**30
-
-
 def quarters(rows: list[dict[str, float]]) -> list[dict[str, float]]:
     size = max(1, len(rows) // 4)
     parts = [rows[i * size : (i + 1) * size] for i in range(4) if rows[i * size : (i + 1) * size]]
@@ -89,7 +85,7 @@ def main() -> None:
     from serving.engine.cpu_dtype import choose, cpu_facts
     from serving.tools import get_catalog
     from training.cpu_backend.huge_pages import anon_huge_pages_kib, huge_page_state
-    from training.cpu_backend.memory import MemoryCallback
+    from training.cpu_backend.memory import MemoryCallback, status_gib
     from training.cpu_backend.onednn_cache import size_primitive_cache
     from training.cpu_backend.sft import run_sft
     from training.data.packs.generate import generate_builtin_dataset
@@ -138,7 +134,7 @@ def main() -> None:
             usage.ru_minflt,
             usage.ru_nvcsw,
             usage.ru_nivcsw,
-            resident_gib(),
+            status_gib().get("VmRSS:", 0.0),
             (anon_huge_pages_kib() or 0) / 2**20,
         )
 
@@ -165,7 +161,7 @@ def main() -> None:
         return {
             "matmul_2048_s": round(min(timings[2:]), 5),
             "fixed_forward_backward_s": round(min(passes), 3),
-            "rss_gib": round(resident_gib(), 3),
+            "rss_gib": status_gib().get("VmRSS:", 0.0),
         }
 
     probe_at = (

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_frontdoor import cpu_seconds  # noqa: E402  (a process's CPU seconds from /proc)
+
 RESULTS = Path(__file__).parent / "results" / "step_contention.json"
 SPEC = ROOT / "training" / "specs" / "cpu_smollm2.yaml"
 
@@ -56,11 +58,6 @@ while True:
         pass
     time.sleep(idle)
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_load(
