@@ -434,3 +434,27 @@ def test_the_served_engine_steps_on_the_main_thread_and_stops_on_sigterm(
     assert answered == [200]
     assert seen == {threading.get_ident()}  # the main thread stepped every decode
     assert not [t for t in threading.enumerate() if t.name == "toolrl-http" and t.is_alive()]
+
+
+def test_a_served_engine_whose_port_is_taken_stops_and_says_so(tmp_path: Path) -> None:
+    """The HTTP side cannot bind (another socket holds the port): the engine on the main
+    thread stops and the bind error is raised here, instead of an engine left stepping with
+    nothing in front of it."""
+    import signal
+    import socket
+
+    from serving.engine.server import EngineServer, load, serve_on_main_thread
+
+    model_dir = build_tiny_model(tmp_path / "tiny", TinyModelConfig(hidden_size=64, num_layers=2))
+    handle = load(str(model_dir), "tiny", "float32", 4, 1, own_thread=False)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        try:
+            with pytest.raises(OSError):
+                serve_on_main_thread(handle, EngineServer(handle).app(), "127.0.0.1", port)
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
