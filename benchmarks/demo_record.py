@@ -21,7 +21,7 @@ from typing import Any
 
 from serving.engine.cpu_dtype import cpu_facts
 from training.ops.demo.budget import BUDGET_MINUTES
-from training.ops.demo.history import champion_history
+from training.ops.demo.history import champion_history, held_out_figures
 
 RESULTS = Path(__file__).parent / "results" / "demo_runs.json"
 
@@ -31,6 +31,15 @@ def newest(workdir: Path, pattern: str) -> Path:
     if not found:
         raise SystemExit(f"no {pattern} under {workdir}: is it a finished demo's workdir?")
     return found[-1]
+
+
+def candidate_figures(workdir: Path) -> dict[str, Any]:
+    """The last run's candidate on the DAG's held-out cases, with intervals; {} without one."""
+    found = sorted(workdir.glob("pipeline/*/eval/candidate.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return {}
+    report = json.loads(found[-1].read_text(encoding="utf-8"))
+    return {key: asdict(figure) for key, figure in held_out_figures(report).items()}
 
 
 def record(workdir: Path, wall_s: float, label: str) -> dict[str, Any]:
@@ -49,7 +58,14 @@ def record(workdir: Path, wall_s: float, label: str) -> dict[str, Any]:
         "training_timings_s": {k: round(float(v), 1) for k, v in report["timings"].items()},
         "quick_eval_s": {k: v.get("seconds") for k, v in report["evals"].items()},
         "training_peak_rss_gib": report.get("peak_rss_gib"),
+        "sft": {
+            key: report["sft"].get(key)
+            for key in ("steps", "deadline_s", "stopped_by_deadline_at", "lr_horizon")
+        },
+        "grpo": {key: report["grpo"].get(key) for key in ("steps_trained", "setup_s", "step_s")},
         "gate": {k: gate.get(k) for k in ("decision", "reasons")},
+        # the candidate's figures whatever the gate decided: a rejection keeps its intervals
+        "candidate_held_out": candidate_figures(workdir),
         "champion_held_out": history[-1]["figures"] if history else None,
         # `toolrl demo --runs N`: the champion after each scheduled run (issue 31's target:
         # runs 2 and 3 not worse than run 1 outside the interval)

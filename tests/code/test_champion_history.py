@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from training.ops.demo.history import champion_history, history_rows, mlflow_metrics, write_history
+from training.ops.demo.history import (
+    champion_history,
+    held_out_figures,
+    history_rows,
+    mlflow_metrics,
+    write_history,
+)
 
 
 def metrics(exact: float, selection: float, passed: float) -> dict[str, object]:
@@ -68,6 +74,20 @@ def test_a_first_run_rejected_has_no_champion(tmp_path: Path) -> None:
     assert entry.champion == "none" and entry.figures == {}
     assert history_rows([entry])[0][2:] == ["-", "-", "-", "-"]
     assert [p.name for p in write_history([entry], tmp_path / "out")] == ["champion_history.json"]
+
+
+def test_a_rejected_candidates_figures_keep_their_intervals() -> None:
+    """What `benchmarks/demo_record.py` records for a rejected candidate: its own figures,
+    with case counts and intervals, as the champion's are."""
+    figures = held_out_figures(metrics(0.389, 0.45, 0.30))
+    assert set(figures) == {"exact_call_accuracy", "tool_selection_accuracy", "pass_rate"}
+    selection = figures["tool_selection_accuracy"]
+    assert selection.cases == 80 and selection.low < 0.45 < selection.high
+    assert figures["pass_rate"].cases == 96
+    assert held_out_figures({}) == {} and held_out_figures({"metrics": "broken"}) == {}
+    assert held_out_figures({"metrics": {"overall": [1], "by_category": {}}}) == {}
+    broken = {"metrics": {"overall": {"cases": 9, "pass_rate": 0.5}, "by_category": {"single": 1}}}
+    assert held_out_figures(broken) == {}
 
 
 def test_history_is_written_as_json_and_a_plot(pipeline: Path, tmp_path: Path) -> None:

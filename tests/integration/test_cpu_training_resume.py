@@ -154,6 +154,11 @@ def test_killed_run_resumes_from_its_last_checkpoint(workdir: Path) -> None:
     assert report["sft"]["step_s"] == []  # SFT finished before the kill: none trained here
     assert plan_pin.stat().st_mtime_ns == plan_stamp  # the resumed run kept the pin: no probe
     assert report["grpo"]["steps_trained"] == GRPO_STEPS - SAVE_FREQ  # continued, not from 0
+    assert report["sft"]["lr_horizon"] is None  # the planned steps fit: the cosine kept its end
+    # what this process's GRPO steps cost, and its start before them, for pricing GRPO
+    assert len(report["grpo"]["step_s"]) == GRPO_STEPS - SAVE_FREQ
+    assert all(seconds > 0 for seconds in report["grpo"]["step_s"])
+    assert report["grpo"]["setup_s"] > 0
     assert 0 <= report["grpo"]["flat_batches"] <= GRPO_STEPS - SAVE_FREQ
     resampled = report["grpo"]["resampling"]  # one record per step of the run's history
     assert len(resampled) == GRPO_STEPS

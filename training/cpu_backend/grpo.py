@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from training.cpu_backend.prefix import completion_logps
 from training.cpu_backend.replay import SftReplay
 from training.cpu_backend.reward import ProjectReward, score_completions
 from training.cpu_backend.rollouts import EpisodeRollouts, Resampling
+from training.cpu_backend.sft import StepClock
 from training.cpu_backend.update_chunks import (
     chunk_weight,
     row_chunks,
@@ -169,6 +171,13 @@ class GrpoResult:
     """Per step, the process's resident set after it (GiB; `memory.MemoryCallback`)."""
     peak_rss_gib: list[float] = field(default_factory=list)
     """Per step, the process's peak resident set so far (GiB)."""
+    setup_seconds: float = 0.0
+    """Wall seconds from the call to the first step's start: the trainer, its models and the
+    dataset built (the time budget prices GRPO per step; this is what a step count does not
+    scale)."""
+    step_seconds: tuple[float, ...] = ()
+    """Wall seconds of each step this process trained (generation, reference pass, update,
+    the SFT replay and any checkpoint save): what a GRPO step costs where the run is."""
 
     @property
     def steps_per_s(self) -> float:
@@ -412,6 +421,7 @@ def run_grpo(
     from transformers import AutoTokenizer
     from trl.trainer.grpo_config import GRPOConfig
 
+    began = time.perf_counter()
     planned = spec.cpu.grpo_steps
     resume = latest_complete_step(run_dir)
     reward_config = spec.reward.model_copy(update={"call_format": spec.model.call_format})
@@ -440,6 +450,7 @@ def run_grpo(
     )
     drift = _drift_callback(reward)
     meter = _TokenMeter()
+    clock = StepClock()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*")
         trainer = SharedPrefixGRPOTrainer(
@@ -453,6 +464,7 @@ def run_grpo(
                 layout,
                 drift,
                 meter,
+                clock,
                 # before the callbacks that forward logs; gives the step's free pages back
                 MemoryCallback(release_after_step=True),
                 *(callbacks or []),
@@ -493,4 +505,6 @@ def run_grpo(
         sft_replay_losses=[float(e["sft_replay_loss"]) for e in logged if "sft_replay_loss" in e],
         rss_gib=[float(e[RSS_KEY]) for e in logged if RSS_KEY in e],
         peak_rss_gib=[float(e[PEAK_KEY]) for e in logged if PEAK_KEY in e],
+        setup_seconds=start - began,
+        step_seconds=tuple(b - a for a, b in pairwise([start, *clock.ends])),
     )

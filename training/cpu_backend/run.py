@@ -306,6 +306,8 @@ def _grpo_report(grpo: GrpoResult, budget: RolloutBudget, run_dir: Path) -> dict
         "sft_replay_losses": grpo.sft_replay_losses,
         "rss_gib": grpo.rss_gib,
         "peak_rss_gib": grpo.peak_rss_gib,
+        "setup_s": round(grpo.setup_seconds, 2),
+        "step_s": [round(seconds, 2) for seconds in grpo.step_seconds],
         "malformed_history": grpo.malformed_history,
         "rollouts": str(run_dir / ROLLOUTS_FILE),
     }
@@ -456,6 +458,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "step_s": [round(seconds, 2) for seconds in sft.step_seconds],
                 "deadline_s": deadline[0].seconds if deadline else None,
                 "stopped_by_deadline_at": deadline[0].stopped_at if deadline else None,
+                "lr_horizon": deadline[0].horizon if deadline else None,
             },
             "format_guard": {
                 **verdict.as_dict(),

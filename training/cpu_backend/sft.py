@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import random
 import statistics
 import tempfile
@@ -41,9 +42,16 @@ from training.cpu_backend.episodes import cpu_renderer
 from training.cpu_backend.packed_loss import CallBoundary, frozen_context_sft_loss
 from training.cpu_backend.precision import PrecisionMixin, torch_dtype
 from training.cpu_backend.prefix import causal_lm_loss
+from training.cpu_backend.schedule import (
+    RECENT_STEPS,
+    projected_last_step,
+    schedule_of,
+    shrinking_scheduler,
+)
 from training.data.schema import Category, GroundTruth
 from training.spec.model import TrainingSpec
 
+logger = logging.getLogger(__name__)
 ToolSchema = dict[str, Any]
 """A tool in OpenAI function form (`serving.renderer.openai_function`)."""
 FINAL_DIR = "final"
@@ -243,6 +251,19 @@ class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
             loss = causal_lm_loss(*args, num_items_in_batch)
         return (loss, None) if return_outputs else loss
 
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        """`cosine_with_min_lr` as a `schedule.ShrinkingCosine`: the same rates step for step,
+        with an end `SftDeadline` can bring in when the time budget will cut SFT short."""
+        if self.lr_scheduler is None:
+            self.lr_scheduler = shrinking_scheduler(
+                optimizer if optimizer is not None else self.optimizer,
+                self.args.get_warmup_steps(num_training_steps),
+                num_training_steps,
+                float(self.args.lr_scheduler_kwargs.get("min_lr_rate", 0.0)),
+            )
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
 
 def sft_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
     """The spec as `SFTConfig` keyword arguments (pure: tested without training)."""
@@ -406,29 +427,63 @@ def probe_sft_step(
 class SftDeadline(TrainerCallback):
     """Ends SFT before the step that would finish past `seconds` (counted from this process's
     first step: a resumed run gets its share again), never before `min_steps`: the time
-    budget's promise holds when its step probe was optimistic. `stopped_at` says where."""
+    budget's promise holds when its step probe was optimistic. `stopped_at` says where.
+
+    Each step it also projects where it will stop (`schedule.projected_last_step`) and ends
+    the trainer's cosine there (`schedule.ShrinkingCosine`), so SFT cut by its deadline ends
+    at its floor rate, not mid-schedule; `horizon` is the last projection in force (None while
+    the planned steps still fit)."""
 
     def __init__(self, seconds: float, min_steps: int) -> None:
         self.seconds, self.min_steps = seconds, min_steps
         self.stopped_at: int | None = None
+        self.horizon: int | None = None
         self._started: float | None = None
         self._first_step = 0
+        self._ends: list[float] = []
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self._started, self._first_step = time.perf_counter(), int(state.global_step)
+        self._ends = []
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         step, done = int(state.global_step), int(state.global_step) - self._first_step
-        if self._started is None or done <= 0 or step < self.min_steps:
+        if self._started is None or done <= 0:
             return control
-        if step >= int(state.max_steps):
+        now = time.perf_counter()
+        self._ends = [*self._ends[-RECENT_STEPS:], now]  # what the projection reads
+        self._shorten_schedule(step, done, int(state.max_steps), kwargs.get("lr_scheduler"))
+        if step < self.min_steps or step >= int(state.max_steps):
             return control
-        elapsed = time.perf_counter() - self._started
+        elapsed = now - self._started
         if elapsed + elapsed / done > self.seconds:  # the next step, at the mean so far
             control.should_training_stop = True
             self.stopped_at = step
+            logger.info(
+                "SFT deadline: stopping after step %d of %d (%.0f s of its %.0f s)%s",
+                step, int(state.max_steps), elapsed, self.seconds,
+                f"; its cosine was ended at step {self.horizon}" if self.horizon else "",
+            )  # fmt: skip
         return control
+
+    def _shorten_schedule(self, step: int, done: int, max_steps: int, scheduler: Any) -> None:
+        schedule = schedule_of(scheduler)
+        if schedule is None or self._started is None:
+            return
+        last = projected_last_step(
+            step, done, self._ends, self._started, self.seconds, self.min_steps
+        )
+        if last is not None and last < max_steps:
+            schedule.shorten(last)
+        if schedule.horizon < max_steps:  # this process's projection, or a resumed run's
+            if self.horizon is None:
+                logger.info(
+                    "SFT's steps cost more than planned: its deadline will stop it near step "
+                    "%d of %d, so its cosine now ends there (and moves in if steps slow down)",
+                    schedule.horizon, max_steps,
+                )  # fmt: skip
+            self.horizon = schedule.horizon
 
 
 def run_sft(

@@ -63,9 +63,18 @@ def _read(path: Path) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
-def _figures(report: dict[str, Any]) -> dict[str, Figure]:
-    metrics = report.get("metrics") or {}
-    overall, counts = metrics.get("overall") or {}, rate_denominators(metrics)
+def held_out_figures(report: dict[str, Any]) -> dict[str, Figure]:
+    """The followed figures of one evaluation report (`RUN/eval/candidate.json`), each with
+    its case count and 90% Wilson interval; those the report lacks are left out, and a report
+    whose metrics are not the harness's shape gives none."""
+    metrics = report.get("metrics")
+    overall = metrics.get("overall") if isinstance(metrics, dict) else None
+    if not isinstance(metrics, dict) or not isinstance(overall, dict):
+        return {}
+    try:
+        counts = rate_denominators(metrics)
+    except (AttributeError, TypeError, ValueError):  # by_category entries not the harness's
+        return {}
     found = {}
     for key, _ in FOLLOWED:
         value = overall.get(key)
@@ -98,9 +107,9 @@ def champion_history(pipeline: Path) -> list[RunFigures]:
         candidate = _read(run_dir / "eval" / "candidate.json")
         earlier = _read(run_dir / "eval" / "champion.json")
         if promoted:
-            champion, figures = "candidate", _figures(candidate)
+            champion, figures = "candidate", held_out_figures(candidate)
         elif earlier:
-            champion, figures = "earlier", _figures(earlier)
+            champion, figures = "earlier", held_out_figures(earlier)
         else:
             champion, figures = "none", {}
         history.append(
