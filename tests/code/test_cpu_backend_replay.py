@@ -14,6 +14,7 @@ import torch
 from pydantic import ValidationError
 
 from serving.tools import get_catalog
+from testkit.pipeline_specs import tiny_cpu_spec
 from training.cpu_backend.grpo import SharedPrefixGRPOTrainer
 from training.cpu_backend.packed_loss import frozen_context_sft_loss
 from training.cpu_backend.replay import SftReplay, collate, sft_replay
@@ -22,22 +23,9 @@ from training.spec.model import CpuSection, TrainingSpec
 
 
 def spec(**cpu: Any) -> TrainingSpec:
-    return TrainingSpec.model_validate(
-        {
-            "name": "replay",
-            "model": {"path": "tiny://hermes", "call_format": "hermes"},
-            "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
-            "rollout": {"n": 2},
-            "batch": {"ppo_mini_batch_size": 2},
-            "checkpoint": {"run_dir": "ckpt"},
-            "cpu": {
-                "sft_steps": 3,
-                "sft_batch_size": 4,
-                "grpo_steps": 2,
-                "frozen_context": True,
-                **cpu,
-            },
-        }
+    return tiny_cpu_spec(
+        "replay",
+        {"sft_steps": 3, "sft_batch_size": 4, "grpo_steps": 2, "frozen_context": True, **cpu},
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from testkit.pipeline_specs import tiny_cpu_spec
 from training.cpu_backend.budget import (
     MIN_GRPO_STEPS,
     MIN_SFT_STEPS,
@@ -239,17 +240,7 @@ def test_probe_rows_are_whole_batches_spread_over_the_run(
 
 
 def probe_spec(**cpu: Any) -> TrainingSpec:
-    return TrainingSpec.model_validate(
-        {
-            "name": "probe",
-            "model": {"path": "tiny://hermes", "call_format": "hermes"},
-            "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
-            "rollout": {"n": 2},
-            "batch": {"ppo_mini_batch_size": 2},
-            "checkpoint": {"run_dir": "ckpt"},
-            "cpu": {"sft_steps": 6, "sft_batch_size": 2, "grpo_steps": 2, **cpu},
-        }
-    )
+    return tiny_cpu_spec("probe", {"sft_steps": 6, "sft_batch_size": 2, "grpo_steps": 2, **cpu})
 
 
 def test_the_probe_times_real_sft_steps_and_leaves_the_model_as_it_was(

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import TrainerCallback, get_scheduler
 
+from testkit.pipeline_specs import tiny_cpu_spec
 from training.cpu_backend.schedule import (
     ShrinkingCosine,
     projected_last_step,
@@ -137,25 +138,17 @@ def test_a_real_sft_run_cut_by_its_deadline_ends_at_its_floor_rate(
     near the peak. The saved checkpoint's scheduler holds the new end."""
     from serving.tools import get_catalog
     from training.cpu_backend.sft import SftDeadline, run_sft
-    from training.spec.model import TrainingSpec
 
-    spec = TrainingSpec.model_validate(
+    spec = tiny_cpu_spec(
+        "schedule",
         {
-            "name": "schedule",
-            "model": {"path": "tiny://hermes", "call_format": "hermes"},
-            "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
-            "rollout": {"n": 2},
-            "batch": {"ppo_mini_batch_size": 2},
-            "checkpoint": {"run_dir": "ckpt"},
-            "cpu": {
-                "sft_steps": 12,
-                "sft_batch_size": 2,
-                "sft_lr": 1e-3,
-                "sft_min_lr_ratio": 0.1,
-                "sft_save_freq": 4,
-                "grpo_steps": 2,
-            },
-        }
+            "sft_steps": 12,
+            "sft_batch_size": 2,
+            "sft_lr": 1e-3,
+            "sft_min_lr_ratio": 0.1,
+            "sft_save_freq": 4,
+            "grpo_steps": 2,
+        },
     )
     schemas = list(get_catalog().openai_schemas())
     deadline, rates = SftDeadline(seconds=0.0, min_steps=5), _Rates()

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from training.spec.model import TrainingSpec
+
 _TINY_SPEC: dict[str, Any] = {
     "model": {"path": "tiny://hermes", "call_format": "hermes"},
     "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
@@ -34,6 +36,23 @@ _TINY_SPEC: dict[str, Any] = {
 
 def tiny_spec(name: str) -> dict[str, Any]:
     return {"name": name, **copy.deepcopy(_TINY_SPEC)}
+
+
+def tiny_cpu_spec(name: str, cpu: dict[str, Any]) -> TrainingSpec:
+    """A validated TrainingSpec on the tiny model whose `cpu` section is `cpu` alone (the
+    section's defaults elsewhere): for tests of one CPU-backend piece (the SFT trainer, its
+    schedule, the budget's probe, the SFT replay)."""
+    return TrainingSpec.model_validate(
+        {
+            "name": name,
+            "model": {"path": "tiny://hermes", "call_format": "hermes"},
+            "data": {"train_files": ["x"], "test_files": ["y"], "train_batch_size": 2},
+            "rollout": {"n": 2},
+            "batch": {"ppo_mini_batch_size": 2},
+            "checkpoint": {"run_dir": "ckpt"},
+            "cpu": cpu,
+        }
+    )
 
 
 def lenient_thresholds(require_same_data: bool = True) -> dict[str, Any]:
