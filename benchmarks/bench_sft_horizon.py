@@ -77,7 +77,7 @@ def main() -> None:
             if schedule is None:
                 raise RuntimeError("the SFT trainer no longer drives a ShrinkingCosine")
             if self.end_cosine:
-                schedule.shorten(self.cut)
+                schedule.end_at(self.cut)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             self.rates.append(float(kwargs["optimizer"].param_groups[0]["lr"]))

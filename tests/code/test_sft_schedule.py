@@ -1,11 +1,12 @@
 """SFT's learning-rate schedule (`training/cpu_backend/schedule.py`): transformers' cosine,
 step for step, until SFT's deadline brings its end in; then it ends at the floor where the
-deadline stops, never climbs back, and survives a checkpoint."""
+deadline will stop, follows the deadline's projection, and survives a checkpoint."""
 
 from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -52,18 +53,19 @@ def test_unshortened_it_is_transformers_cosine_with_min_lr_step_for_step(
 def test_shortened_it_reaches_the_floor_at_the_new_end_and_stays_there() -> None:
     schedule = ShrinkingCosine(warmup_steps=5, total_steps=100, min_lr_ratio=0.1)
     assert schedule(72) > 0.25  # the planned cosine cut at 72: still a quarter of the peak
-    assert schedule.shorten(72) == 72
+    assert schedule.end_at(72) == 72
     assert schedule(72) == pytest.approx(0.1)
     assert [schedule(step) for step in (73, 100, 500)] == pytest.approx([0.1, 0.1, 0.1])
     factors = [schedule(step) for step in range(5, 80)]
     assert all(a >= b for a, b in itertools.pairwise(factors))  # never climbs
 
 
-def test_the_horizon_only_moves_in_and_never_into_the_warmup() -> None:
+def test_the_end_stays_within_the_plan_and_past_the_warmup() -> None:
     schedule = ShrinkingCosine(warmup_steps=5, total_steps=100, min_lr_ratio=0.1)
-    assert schedule.shorten(80) == 80
-    assert schedule.shorten(90) == 80  # a later, longer projection does not raise the rate
-    assert schedule.shorten(2) == 6  # the warmup keeps its steps
+    assert schedule.end_at(80) == 80
+    assert schedule.end_at(90) == 90  # a later projection moves it out again
+    assert schedule.end_at(500) == 100  # never past the planned steps
+    assert schedule.end_at(2) == 6  # the warmup keeps its steps
     assert [schedule(step) for step in range(5)] == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
 
 
@@ -80,7 +82,7 @@ def test_a_schedule_without_steps_or_with_a_floor_outside_0_1_is_refused(
 def test_the_horizon_goes_into_the_schedulers_state_and_comes_back_on_resume() -> None:
     before = shrinking_scheduler(_optimizer(), 5, 100, 0.1)
     _rates(before, 30)
-    schedule_of(before).shorten(60)  # type: ignore[union-attr]
+    schedule_of(before).end_at(60)  # type: ignore[union-attr]
     state = before.state_dict()
     resumed = shrinking_scheduler(_optimizer(), 5, 100, 0.1)
     resumed.load_state_dict(state)
@@ -117,6 +119,35 @@ def test_the_projection_waits_for_three_steps_and_keeps_the_floor() -> None:
     assert projected_last_step(3, 3, [1.0, 2.0, 3.0], 0.0, 0.0, 20) == 20  # past the deadline
     assert projected_last_step(30, 30, [29.0, 30.0], 0.0, 10.0, 20) == 30  # no time left
     assert projected_last_step(3, 3, [0.0, 0.0, 0.0], 0.0, 10.0, 1) is None  # no time taken
+
+
+def test_the_deadline_moves_the_end_out_again_after_a_slow_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first step of 10 s (it starts the trainer), then steps of 2 s, 100 s for SFT: after
+    the third step the projection is early (step 21, priced at the mean of 4.7 s); by step
+    20 it is step 41, and the cosine follows it out instead of keeping the early end."""
+    import time
+
+    from training.cpu_backend.sft import SftDeadline
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(time, "perf_counter", lambda: clock["now"])
+    scheduler = shrinking_scheduler(_optimizer(), 5, 100, 0.1)
+    deadline = SftDeadline(seconds=100.0, min_steps=1)
+    state = SimpleNamespace(global_step=0, max_steps=100)
+    deadline.on_train_begin(None, state, SimpleNamespace(should_training_stop=False))
+    ends = {1: 10.0, **{step: 10.0 + 2.0 * (step - 1) for step in range(2, 21)}}
+    horizons = {}
+    for step, now in ends.items():
+        clock["now"], state.global_step = now, step
+        control = SimpleNamespace(should_training_stop=False)
+        deadline.on_step_end(None, state, control, lr_scheduler=scheduler)
+        assert not control.should_training_stop
+        horizons[step] = deadline.horizon
+    assert horizons[2] is None and horizons[3] == 21
+    assert horizons[20] == 41 == schedule_of(scheduler).horizon  # type: ignore[union-attr]
+    assert all(horizons[s] <= horizons[s + 1] for s in range(3, 20))  # type: ignore[operator]
 
 
 class _Rates(TrainerCallback):

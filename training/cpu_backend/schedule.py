@@ -9,11 +9,14 @@ a quarter of the peak, instead of at the floor it would have reached: the checkp
 the gate get is the one from the middle of the schedule.
 
 `ShrinkingCosine` is that same schedule (the same warmup, cosine and floor, step for step
-while nothing moves it) with a `horizon` the deadline can bring in: each step, the deadline
-projects where it will stop from the time left and the recent steps' cost, and the cosine
-ends there. The horizon only moves in, so the rate never climbs back; where the deadline
-stops later than projected, the last steps train at the floor. It is a callable object, so
-`LambdaLR.state_dict` saves its horizon with the checkpoint and a resumed run keeps it.
+while nothing moves it) with a `horizon` the deadline can bring in, never past the planned
+steps: each step, the deadline projects where it will stop from the time left and the recent
+steps' cost, and the cosine ends there. The horizon follows the projection both ways: one
+that could only move in would keep the earliest projection, and the earliest are the
+noisiest (a first step that also starts the trainer). A later projection raises the rate a
+little (at step 70, an end moved from 75 to 80 takes the factor from 0.11 to 0.14 of the
+peak); where the deadline stops later than projected, the last steps train at the floor. It
+is a callable object, so `LambdaLR.state_dict` saves its horizon with the checkpoint.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ MIN_MEASURED_STEPS = 3
 
 class ShrinkingCosine:
     """transformers' `cosine_with_min_lr` (linear warmup, half a cosine down to
-    `min_lr_ratio` of the peak) as a `LambdaLR` factor over `horizon` steps, where
-    `shorten` can bring the horizon in. Past the horizon the factor stays at the floor
+    `min_lr_ratio` of the peak) as a `LambdaLR` factor over `horizon` steps, which
+    `end_at` can bring in. Past the horizon the factor stays at the floor
     (transformers' own would climb the cosine back up)."""
 
     def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> None:
@@ -44,10 +47,10 @@ class ShrinkingCosine:
         self.min_lr_ratio = min_lr_ratio
         self.horizon = total_steps
 
-    def shorten(self, steps: int) -> int:
-        """End the cosine at step `steps` where that is sooner than now (never inside the
-        warmup, never later than before); returns the horizon in force."""
-        self.horizon = max(min(self.horizon, int(steps)), self.warmup_steps + 1)
+    def end_at(self, steps: int) -> int:
+        """End the cosine at step `steps`, within the planned steps and past the warmup;
+        returns the horizon in force."""
+        self.horizon = max(min(self.total_steps, int(steps)), self.warmup_steps + 1)
         return self.horizon
 
     def __call__(self, step: int) -> float:
@@ -69,7 +72,7 @@ def shrinking_scheduler(
 
 def schedule_of(scheduler: Any) -> ShrinkingCosine | None:
     """The `ShrinkingCosine` that drives `scheduler`, or None (another schedule: nothing to
-    shorten)."""
+    move)."""
     for factor in getattr(scheduler, "lr_lambdas", ()):
         if isinstance(factor, ShrinkingCosine):
             return factor

@@ -431,8 +431,8 @@ class SftDeadline(TrainerCallback):
 
     Each step it also projects where it will stop (`schedule.projected_last_step`) and ends
     the trainer's cosine there (`schedule.ShrinkingCosine`), so SFT cut by its deadline ends
-    at its floor rate, not mid-schedule; `horizon` is the last projection in force (None while
-    the planned steps still fit)."""
+    at its floor rate, not mid-schedule; `horizon` is the last end set before the planned
+    steps (None while they fit)."""
 
     def __init__(self, seconds: float, min_steps: int) -> None:
         self.seconds, self.min_steps = seconds, min_steps
@@ -453,7 +453,7 @@ class SftDeadline(TrainerCallback):
             return control
         now = time.perf_counter()
         self._ends = [*self._ends[-RECENT_STEPS:], now]  # what the projection reads
-        self._shorten_schedule(step, done, int(state.max_steps), kwargs.get("lr_scheduler"))
+        self._follow_deadline(step, done, int(state.max_steps), kwargs.get("lr_scheduler"))
         if step < self.min_steps or step >= int(state.max_steps):
             return control
         elapsed = now - self._started
@@ -467,23 +467,24 @@ class SftDeadline(TrainerCallback):
             )  # fmt: skip
         return control
 
-    def _shorten_schedule(self, step: int, done: int, max_steps: int, scheduler: Any) -> None:
+    def _follow_deadline(self, step: int, done: int, max_steps: int, scheduler: Any) -> None:
         schedule = schedule_of(scheduler)
         if schedule is None or self._started is None:
             return
         last = projected_last_step(
             step, done, self._ends, self._started, self.seconds, self.min_steps
         )
-        if last is not None and last < max_steps:
-            schedule.shorten(last)
-        if schedule.horizon < max_steps:  # this process's projection, or a resumed run's
-            if self.horizon is None:
-                logger.info(
-                    "SFT's steps cost more than planned: its deadline will stop it near step "
-                    "%d of %d, so its cosine now ends there (and moves in if steps slow down)",
-                    schedule.horizon, max_steps,
-                )  # fmt: skip
-            self.horizon = schedule.horizon
+        if last is not None:
+            schedule.end_at(last)
+        # this process's projection, or the end a resumed run's checkpoint holds
+        ended = schedule.horizon if schedule.horizon < max_steps else None
+        if ended is not None and self.horizon is None:
+            logger.info(
+                "SFT's steps cost more than planned: its deadline will stop it near step %d "
+                "of %d, so its cosine now ends there (and follows as steps go on)",
+                ended, max_steps,
+            )  # fmt: skip
+        self.horizon = ended
 
 
 def run_sft(
