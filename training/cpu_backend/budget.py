@@ -94,7 +94,8 @@ runs on the demo spec (0.79 to 0.975, never above 1; `step_probe.json` and the `
 runs of 2026-12-06 in `demo_runs.json`). The run's steps include its checkpoint saves and
 its longer batches, which three timed steps rarely meet. Planning with the probe as it reads
 bought steps SFT's deadline then cut (82 planned, 65 trained), and a cosine schedule cut
-short ends before its learning rate has come down."""
+short ended before its learning rate had come down (since then the deadline ends the cosine
+where it will stop, `schedule.py`: the rows a longer plan drew are what is left to lose)."""
 
 
 def measured_cost(dtype: str, measured: MeasuredStep) -> StepCost:
