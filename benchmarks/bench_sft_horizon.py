@@ -50,9 +50,10 @@ def main() -> None:
 
     import torch
     from bench_cpu_training import GRPO_ADDS_FIELDS, evaluate  # this folder, on sys.path
+    from bench_sft_step_drift import demo_sft_spec
     from transformers import TrainerCallback
 
-    from serving.engine.cpu_dtype import choose, cpu_facts
+    from serving.engine.cpu_dtype import cpu_facts
     from serving.mcp_server.config import ServerConfig
     from serving.mcp_server.server import start
     from serving.tools import get_catalog
@@ -61,7 +62,6 @@ def main() -> None:
     from training.cpu_backend.sft import run_sft
     from training.data.packs.generate import generate_builtin_dataset
     from training.evaluation.paired import paired_against, paired_by_category, read_cases
-    from training.spec.model import load_spec
     from training.spec.resolve import resolve_model
 
     class CutAt(TrainerCallback):
@@ -85,13 +85,7 @@ def main() -> None:
                 control.should_training_stop = True
             return control
 
-    spec = load_spec(SPEC)
-    dtype = choose(spec.cpu.dtype).dtype
-    torch.set_num_threads(spec.cpu.threads)
-    cpu = spec.cpu.model_copy(
-        update={"dtype": dtype, "sft_steps": args.planned, "sft_save_freq": args.planned + 1}
-    )
-    spec = spec.model_copy(update={"cpu": cpu})
+    spec, dtype, _ = demo_sft_spec(args.planned)
     schemas = list(get_catalog().openai_schemas())
     arms: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-sft-horizon-") as scratch:

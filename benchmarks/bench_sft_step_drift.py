@@ -57,6 +57,27 @@ def quarters(rows: list[dict[str, float]]) -> list[dict[str, float]]:
     ]
 
 
+def demo_sft_spec(steps: int) -> tuple[Any, str, int]:
+    """The demo spec for `steps` SFT steps with no checkpoint saves, in this CPU's compute
+    dtype, on the spec's thread count (set here); that dtype; and oneDNN's primitive cache
+    capacity, sized first as the trainer does before any matmul: what the SFT benchmarks
+    train with."""
+    import torch
+
+    from serving.engine.cpu_dtype import choose
+    from training.cpu_backend.onednn_cache import size_primitive_cache
+    from training.spec.model import load_spec
+
+    spec = load_spec(SPEC)
+    capacity = size_primitive_cache(spec.cpu.onednn_primitive_cache)
+    dtype = choose(spec.cpu.dtype).dtype
+    torch.set_num_threads(spec.cpu.threads)
+    cpu = spec.cpu.model_copy(
+        update={"dtype": dtype, "sft_steps": steps, "sft_save_freq": steps + 1}
+    )
+    return spec.model_copy(update={"cpu": cpu}), dtype, capacity
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", required=True, help="what this run is, in the results file")
@@ -82,14 +103,12 @@ def main() -> None:
     import torch
     from transformers import TrainerCallback
 
-    from serving.engine.cpu_dtype import choose, cpu_facts
+    from serving.engine.cpu_dtype import cpu_facts
     from serving.tools import get_catalog
     from training.cpu_backend.huge_pages import anon_huge_pages_kib, huge_page_state
     from training.cpu_backend.memory import MemoryCallback, status_gib
-    from training.cpu_backend.onednn_cache import size_primitive_cache
     from training.cpu_backend.sft import run_sft
     from training.data.packs.generate import generate_builtin_dataset
-    from training.spec.model import load_spec
     from training.spec.resolve import resolve_model
 
     class PerStep(TrainerCallback):
@@ -167,14 +186,7 @@ def main() -> None:
     probe_at = (
         {1, args.steps, *range(args.probe, args.steps + 1, args.probe)} if args.probe else set()
     )
-    spec = load_spec(SPEC)
-    primitive_cache = size_primitive_cache(spec.cpu.onednn_primitive_cache)  # before any matmul
-    dtype = choose(spec.cpu.dtype).dtype
-    torch.set_num_threads(spec.cpu.threads)
-    cpu = spec.cpu.model_copy(
-        update={"dtype": dtype, "sft_steps": args.steps, "sft_save_freq": args.steps + 1}
-    )
-    spec = spec.model_copy(update={"cpu": cpu})
+    spec, dtype, primitive_cache = demo_sft_spec(args.steps)  # oneDNN's cache sized first
     schemas = list(get_catalog().openai_schemas())
     per_step = PerStep()
     with tempfile.TemporaryDirectory(prefix="bench-sft-drift-") as scratch:
