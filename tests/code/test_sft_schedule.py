@@ -197,3 +197,25 @@ def test_a_real_sft_run_cut_by_its_deadline_ends_at_its_floor_rate(
         next(run_dir.glob("sft/**/scheduler.pt")), weights_only=False
     )  # the trainer's own checkpoint, written at step 4
     assert saved["lr_lambdas"][0]["horizon"] == 5
+
+
+def test_the_sft_trainer_keeps_another_schedule_type_as_transformers_builds_it(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Only `cosine_with_min_lr` (what `sft_arguments` asks for) becomes a ShrinkingCosine;
+    a trainer asked for another type gets transformers' own, not ours in its place."""
+    from transformers import AutoTokenizer
+
+    from training.cpu_backend.sft import _trainer, sft_arguments
+
+    spec = tiny_cpu_spec("schedule-type", {"sft_steps": 4, "sft_batch_size": 2})
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    rows = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}] * 4
+    for kind, ours in (("cosine_with_min_lr", True), ("constant", False)):
+        arguments = sft_arguments(spec, tmp_path / kind)
+        if kind != "cosine_with_min_lr":
+            arguments.update(lr_scheduler_type=kind, lr_scheduler_kwargs={})
+        trainer = _trainer(spec, tiny_model_dir, tokenizer, rows, arguments, [])
+        trainer.create_optimizer()
+        scheduler = trainer.create_scheduler(4, trainer.optimizer)
+        assert (schedule_of(scheduler) is not None) is ours

@@ -3,10 +3,10 @@
 The time budget plans SFT's step count from a probe of three steps, and SFT's deadline
 (`sft.SftDeadline`) stops it when the next step would finish late. A run's steps cost more
 than the probe's (the services beside it, its own drift: `docs/parts/cpu_backend.md`), so
-the deadline cut the last demos at 71-83 of 80-101 planned steps. With transformers'
+the deadline cut the AMX host's demos at 71-89% of their planned steps. With transformers'
 `cosine_with_min_lr` over the planned count, SFT then stopped with its learning rate still at
-a quarter of the peak, instead of at the floor it would have reached: the checkpoint GRPO and
-the gate get is the one from the middle of the schedule.
+0.13-0.28 of the peak, instead of at the floor of 0.1 it would have reached: the checkpoint
+GRPO and the gate get is the one from the middle of the schedule.
 
 `ShrinkingCosine` is that same schedule (the same warmup, cosine and floor, step for step
 while nothing moves it) with a `horizon` the deadline can bring in, never past the planned

@@ -253,7 +253,10 @@ class SharedPrefixSFTTrainer(PrecisionMixin, SFTTrainer):
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
         """`cosine_with_min_lr` as a `schedule.ShrinkingCosine`: the same rates step for step,
-        with an end `SftDeadline` can bring in when the time budget will cut SFT short."""
+        with an end `SftDeadline` can bring in when the time budget will cut SFT short. Any
+        other schedule type is transformers' own, as asked."""
+        if getattr(self.args.lr_scheduler_type, "value", None) != "cosine_with_min_lr":
+            return super().create_scheduler(num_training_steps, optimizer)
         if self.lr_scheduler is None:
             self.lr_scheduler = shrinking_scheduler(
                 optimizer if optimizer is not None else self.optimizer,
