@@ -18,6 +18,7 @@ from training.cpu_backend.budget import (
     PROBE_OVER_RUN,
     STEP_COSTS,
     MeasuredStep,
+    grpo_scale,
     pinned_plan,
     plan_steps,
 )
@@ -158,6 +159,18 @@ def test_a_step_measured_twice_the_tables_halves_what_fits() -> None:
     assert slow.estimated_s == slow.sft_steps * slow.sft_step_s + slow.grpo_steps * slow.grpo_step_s
     assert "measured here" in slow.reason and "measured here" in slow.cost_source
     assert table.sft_step_s == STEP_COSTS["float32"].sft_s and table.measured_s == 0
+
+
+def test_a_faster_sft_step_than_the_tables_does_not_cheapen_grpo() -> None:
+    """The AMX host's case: its probe read 0.60-0.87 of the bf16 table's SFT step, but its
+    GRPO steps (mostly generation) took the table's time or more; scaled down alike they were
+    planned at 0.64x what they took and the demo ran over its budget (grpo_price.json)."""
+    table = STEP_COSTS["bfloat16"]
+    fast = plan_steps(DEMO, 900, "bfloat16", measured(0.5 * table.sft_s))
+    assert fast.sft_step_s == pytest.approx(0.5 * table.sft_s / PROBE_OVER_RUN)
+    assert fast.grpo_step_s == table.grpo_s
+    assert "a GRPO step is taken at the table's" in fast.cost_source
+    assert grpo_scale(0.6) == 1.0 and grpo_scale(2.0) == 2.0
 
 
 def test_a_probe_is_planned_at_the_pace_its_runs_have_kept() -> None:

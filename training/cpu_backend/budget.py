@@ -21,7 +21,7 @@ services take ~0.4 of the 2 cores, and two training threads stall on each other 
 is preempted; `benchmarks/results/stack.json`), so a plan from the table alone ran twice its
 budget. So before it plans, the job times a few SFT steps of its own spec where it runs
 (`sft.probe_sft_step`, a `MeasuredStep`), plans with that cost, scales the table's GRPO cost
-by the same ratio (both are forward and backward passes of the same model on the same cores)
+up by the same ratio where the step is slower than the table's (never down: `grpo_scale`)
 and charges the probe's seconds to the budget.
 """
 
@@ -98,20 +98,38 @@ short ended before its learning rate had come down (since then the deadline ends
 where it will stop, `schedule.py`: the rows a longer plan drew are what is left to lose)."""
 
 
+def grpo_scale(sft_ratio: float) -> float:
+    """How far a GRPO step's cost follows the SFT step's, measured over the table's: up, not
+    down. A host slower than the table's (the compose stack's contention) slows both phases,
+    but a host whose SFT step is faster (AMX) does not speed GRPO up alike: most of a GRPO
+    step is token-by-token generation, bound by memory and latency, not by the matmul units
+    that make AMX's SFT step fast. Over the 9 `make demo` runs on the AMX host (probe ratios
+    0.60-0.87) the GRPO step less its replayed SFT batch took 39.6-91.0 s, median 59.9,
+    against the table's 55; scaled by the ratio it was planned at 33-48 s, and the runs' GRPO
+    took 1.56x its plan (median; `benchmarks/grpo_price_check.py` -> `grpo_price.json`)."""
+    return max(1.0, sft_ratio)
+
+
 def measured_cost(dtype: str, measured: MeasuredStep) -> StepCost:
     """The table's costs for `dtype` replaced by the measured SFT step (corrected by
-    `PROBE_OVER_RUN`), GRPO scaled alike."""
+    `PROBE_OVER_RUN`), GRPO's scaled by `grpo_scale` of the same ratio."""
     table = STEP_COSTS[dtype]
     sft_s = measured.step_s / PROBE_OVER_RUN
     ratio = sft_s / table.sft_s
+    scale = grpo_scale(ratio)
+    grpo_note = (
+        f"so a GRPO step is taken as {scale:.2f} x {table.grpo_s:g} s"
+        if scale == ratio
+        else f"but a GRPO step is taken at the table's {table.grpo_s:g} s (its generation does "
+        "not speed up with a faster SFT step)"
+    )
     return StepCost(
         sft_s=sft_s,
-        grpo_s=table.grpo_s * ratio,
+        grpo_s=table.grpo_s * scale,
         source=f"measured here before training: {measured.timed_steps} SFT steps at "
         f"{measured.step_s:.1f} s a step, planned as {sft_s:.1f} s (a probe's step has been "
         f"{PROBE_OVER_RUN:g} of the run's mean), {ratio:.2f}x the {dtype} table's "
-        f"{table.sft_s:g} s, so a GRPO step is taken as {ratio:.2f} x {table.grpo_s:g} s; "
-        f"the table: {table.source}",
+        f"{table.sft_s:g} s, {grpo_note}; the table: {table.source}",
     )
 
 
