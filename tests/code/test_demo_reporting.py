@@ -321,3 +321,23 @@ def test_a_rejection_says_why_what_is_served_and_what_to_try() -> None:
     assert "champion (version 3) is unchanged" in kept and "--budget-minutes 45" in kept
     # no budget (the spec's steps as written): no budget to lengthen
     assert "--budget-minutes" not in rejection_note(reasons, None, 0.0)
+
+
+def test_the_closing_report_says_when_the_candidate_is_the_sft_model(tmp_path: Path) -> None:
+    """GRPO's model measurably worse than its SFT start: the candidate is the SFT model, and
+    the demo's last screen says so with the reason (`candidate_choice.py`)."""
+    from training.ops.demo.report import candidate_line
+
+    run = tmp_path / "manual__1"
+    job = run / "jobs" / "toolrl-x-a1"
+    job.mkdir(parents=True)
+    (job / "result.json").write_text("{}")
+    report = job / "cpu_report.json"
+    reason = "GRPO's model came out worse than its SFT start on the quick eval (parseable ...)"
+    report.write_text(json.dumps({"candidate": {"stage": "sft", "reason": reason}}))
+    assert candidate_line(run) == reason
+    for quiet in ({"candidate": {"stage": "grpo", "reason": "x"}}, {"candidate": None}, {}):
+        report.write_text(json.dumps(quiet))
+        assert candidate_line(run) is None
+    report.write_text("{torn")
+    assert candidate_line(run) is None

@@ -170,6 +170,8 @@ def test_the_loop_runs_on_a_third_party_pack_against_its_replay(
     assert tags["toolrl.tool_mode"] == "replay"
     assert tags["toolrl.tool_store_digest"] == digest
     assert tags["toolrl.dataset_version"] == dataset_dir.name
+    # two quick-eval rows decide nothing: GRPO's model, and the version says whose weights
+    assert tags["toolrl.candidate_stage"] == result.candidate_stage == "grpo"
 
     # an oracle through the same replay scores every held-out tool case exactly, judged by
     # the dataset's tool snapshot (the built-in catalog has no convert_time)

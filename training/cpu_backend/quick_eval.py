@@ -29,6 +29,26 @@ from training.rewards.config import RewardConfig
 
 EXAMPLES = 3
 """Transcripts kept in the result, for a person to read what the model did."""
+CASE_RESULTS = "case_results"
+"""The block's per-row results (`CaseResult` dumps), kept in the stage's cache file so two
+stages can be compared row by row (`candidate_choice.py`), left out of the run's report."""
+
+
+def report_view(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A quick-eval block as the run's report keeps it: figures, not transcripts or rows."""
+    return {key: value for key, value in block.items() if key not in ("examples", CASE_RESULTS)}
+
+
+def case_results(block: Mapping[str, Any] | None) -> list[CaseResult]:
+    """The per-row results a block holds; none from a block written before they were kept,
+    or from one whose rows do not read as `CaseResult`s (a damaged cache file)."""
+    rows = (block or {}).get(CASE_RESULTS)
+    if not isinstance(rows, list):
+        return []
+    try:
+        return [CaseResult.model_validate(row) for row in rows]
+    except ValueError:
+        return []
 
 
 def score_block(cases: Sequence[EvalCase], trajectories: Sequence[Trajectory]) -> dict[str, Any]:
@@ -48,6 +68,7 @@ def score_block(cases: Sequence[EvalCase], trajectories: Sequence[Trajectory]) -
         rows=len(results),
         by_category={name: summarise(group) for name, group in sorted(by_category.items())},
     )
+    block[CASE_RESULTS] = [result.model_dump(mode="json") for result in results]
     return block
 
 

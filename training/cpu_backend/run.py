@@ -26,7 +26,7 @@ import pandas as pd
 
 from serving.mcp_client.base import TOKEN_ENV
 from serving.toolcalls import using_registry
-from training.cpu_backend import format_guard
+from training.cpu_backend import candidate_choice, format_guard
 from training.cpu_backend.budget import MIN_SFT_STEPS, BudgetPlan, pinned_plan
 from training.cpu_backend.compute_dtype import DtypeChoice, pinned_choice
 from training.cpu_backend.episodes import EpisodeSettings, cpu_renderer, list_tools
@@ -37,7 +37,7 @@ from training.cpu_backend.memory import release_memory, set_mmap_threshold
 from training.cpu_backend.onednn_cache import size_primitive_cache
 from training.cpu_backend.plots import write_all
 from training.cpu_backend.precision import torch_dtype
-from training.cpu_backend.quick_eval import evaluate
+from training.cpu_backend.quick_eval import case_results, evaluate, report_view
 from training.cpu_backend.replay import sft_replay
 from training.cpu_backend.rollout_budget import RolloutBudget, check_budget, measure_budget
 from training.cpu_backend.sft import (
@@ -255,6 +255,7 @@ def _result(
     sft: SftResult,
     grpo: GrpoResult,
     verdict: format_guard.FormatVerdict,
+    choice: candidate_choice.CandidateChoice | None = None,
 ) -> dict[str, Any]:
     """`result.json`: what the DAG and the gate read."""
     status = (
@@ -274,6 +275,7 @@ def _result(
         "dataset_version": _dataset_version(spec),
         "checkpoint_dir": str(run_dir),
         "merged_model_dir": str(model_dir),
+        "candidate_stage": choice.stage if choice else None,
         "drift": {
             "malformed_rate": last_rate,
             "max_malformed_rate": spec.drift.max_malformed_rate,
@@ -289,6 +291,7 @@ def _result(
             f"cpu-trl: sft {sft.steps} steps, grpo {grpo.steps_trained} steps this run "
             f"(resumed from {grpo.resumed_from}); report in {REPORT}"
             + ("" if verdict.action == "grpo" else f". {verdict.reason}")
+            + (f". {choice.reason}" if choice and choice.stage == "sft" else "")
         ),
     }
     return result
@@ -310,6 +313,8 @@ def _grpo_report(grpo: GrpoResult, budget: RolloutBudget, run_dir: Path) -> dict
         "step_s": [round(seconds, 2) for seconds in grpo.step_seconds],
         "malformed_history": grpo.malformed_history,
         "rollouts": str(run_dir / ROLLOUTS_FILE),
+        # GRPO's own model: the run may hand on its SFT start instead (candidate_choice.py)
+        "model_dir": str(grpo.model_dir),
     }
 
 
@@ -407,6 +412,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         verdict = format_guard.judge(spec.cpu, evals.get("sft"), plan)
         logger.info("format guard: %s", verdict.reason)
         extended: SftResult | None = None
+        choice: candidate_choice.CandidateChoice | None = None  # GRPO ran: which model to hand on
         if verdict.action == "grpo":
             grpo_callbacks = [LogCallback(tracker, "train"), ProgressCallback(run_dir, "grpo")]
             replay = sft_replay(spec, train_file, sft.model_dir, schemas)
@@ -418,6 +424,10 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             evals["grpo"] = quick_eval(
                 spec, grpo.model_dir, rows, url, run_dir / "eval_grpo.json", token
             )
+            choice = candidate_choice.choose(
+                case_results(evals.get("sft")), case_results(evals["grpo"])
+            )
+            logger.info("candidate: %s", choice.reason)
         else:
             extended = _extend_sft(spec, verdict, sft, train_file, run_dir, schemas, tracker)
             if extended is not None:
@@ -431,7 +441,8 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 0 if extended else spec.cpu.grpo_steps,
             )
         timings["eval_s"] = sum(float(e.get("seconds", 0.0)) for e in evals.values())
-        model_dir = export_model(grpo.model_dir, workdir / "model")
+        kept_sft = choice is not None and choice.stage == "sft"
+        model_dir = export_model(sft.model_dir if kept_sft else grpo.model_dir, workdir / "model")
 
         speed = {
             "train/sft/steps_per_s": sft.steps_per_s,
@@ -440,10 +451,12 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             "train/tokens_per_s": grpo.tokens_per_s,
         }
         metrics: dict[str, float] = dict(speed)
+        if choice is not None:
+            metrics["candidate/grpo_model"] = float(choice.stage == "grpo")
         for stage, payload in evals.items():
             metrics.update(_eval_metrics(stage, payload))
         tracker.log(metrics, step=grpo.final_step)
-        result = _result(spec, spec_hash, run_dir, model_dir, sft, grpo, verdict)
+        result = _result(spec, spec_hash, run_dir, model_dir, sft, grpo, verdict, choice)
         report: dict[str, Any] = {
             "result": result,
             "backend": "cpu-trl",
@@ -465,6 +478,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
                 "extension": _extension_report(extended),
             },
             "grpo": _grpo_report(grpo, budget, run_dir),
+            "candidate": choice.as_dict() if choice else None,
             "compute_dtype": asdict(precision),
             "time_budget": asdict(plan) if plan else None,
             "timings": timings,
@@ -474,7 +488,7 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             "huge_pages": huge_page_state(),
             "onednn_primitive_cache": primitive_cache,
             "metrics": metrics,
-            "evals": {k: {x: y for x, y in v.items() if x != "examples"} for k, v in evals.items()},
+            "evals": {stage: report_view(block) for stage, block in evals.items()},
         }
         report["plots"] = [str(p) for p in write_all(report, workdir / PLOTS)]
         tracker.log_artifacts(workdir / PLOTS, PLOTS)

@@ -61,10 +61,7 @@ def headline_counts(results: Sequence[CaseResult]) -> dict[str, tuple[int, int]]
     with_answers = [r for r in calling if r.answer_ok is not None]
     no_call = [r for r in results if r.category in ("irrelevance", "clarification")]
     return {
-        "parseable_rate": (
-            sum(r.call_attempts > 0 and r.malformed_calls == 0 for r in calling),
-            len(calling),
-        ),
+        "parseable_rate": (sum(bool(r.parseable) for r in calling), len(calling)),
         "tool_selection_accuracy": (sum(bool(r.selection_ok) for r in calling), len(calling)),
         "exact_call_accuracy": (sum(bool(r.exact_calls) for r in calling), len(calling)),
         "abstention_rate": (sum(bool(r.no_call_ok) for r in no_call), len(no_call)),

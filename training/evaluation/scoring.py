@@ -80,6 +80,15 @@ class CaseResult(BaseModel):
             self.expected_matched
         )
 
+    @property
+    def parseable(self) -> bool | None:
+        """A case that expects a call made at least one and no malformed one (None on a case
+        that expects none): the per-case view of `parseable_rate`, and the one definition of
+        it (`metrics.headline_counts` counts this)."""
+        if self.selection_ok is None:
+            return None
+        return self.call_attempts > 0 and self.malformed_calls == 0
+
 
 def _actual_keys(
     trajectory: Trajectory, registry: ToolRegistry, free: dict[str, frozenset[str]]

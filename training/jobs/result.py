@@ -39,6 +39,10 @@ class TrainingResult(BaseModel):
     """Where its checkpoints are."""
     merged_model_dir: str | None = None
     """The final weights as a Hugging Face directory: what is evaluated and registered."""
+    candidate_stage: Literal["grpo", "sft"] | None = None
+    """Whose weights `merged_model_dir` holds where the backend chose: `sft` when GRPO's model
+    came out measurably worse than its SFT start (`training.cpu_backend.candidate_choice`);
+    None where no choice was made (the last stage's model)."""
     drift: dict[str, float] | None = None
     """The format-drift guard's last figures, when it watched the run."""
     message: str = ""

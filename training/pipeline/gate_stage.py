@@ -166,6 +166,7 @@ def register_candidate_version(
         parent_version=plan.starting_point.parent_version,
         tool_mode=plan.tool_mode,
         tool_store_digest=plan.tool_store_digest,
+        candidate_stage=result.candidate_stage,
     )
     info = register_candidate(
         tracking_uri,

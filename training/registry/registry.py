@@ -57,6 +57,9 @@ class Lineage(BaseModel):
     tool_store_digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     """replay: `CallStore.digest()` of the recording served, so a registered model names the
     exact recorded results it trained against."""
+    candidate_stage: Literal["grpo", "sft"] | None = None
+    """Whose weights the version holds where the training run chose: `sft` when GRPO's model
+    came out measurably worse than its SFT start (`training.cpu_backend.candidate_choice`)."""
 
 
 def find_by_run_key(tracking_uri: str, name: str, run_key: str) -> VersionInfo | None:

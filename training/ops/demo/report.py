@@ -60,6 +60,15 @@ def format_guard_line(run_dir: Path) -> str | None:
     return f"{ended}: {guard.get('reason') or 'no reason recorded'}"
 
 
+def candidate_line(run_dir: Path) -> str | None:
+    """Why the candidate is the SFT model, when GRPO's came out measurably worse than it
+    (`candidate_choice.py`); None when GRPO's model is the candidate or nothing is recorded."""
+    choice = (_read(job_dir(run_dir) / "cpu_report.json") or {}).get("candidate")
+    if not isinstance(choice, dict) or choice.get("stage") != "sft":
+        return None
+    return str(choice.get("reason") or "the SFT model (no reason recorded)")
+
+
 def _percent(value: Any) -> str:
     return "-" if not isinstance(value, int | float) else f"{float(value):.0%}"
 

@@ -13,6 +13,7 @@ from training.ops.demo.common import BIN, DEMO_QUESTION, MODEL_NAME, console
 from training.ops.demo.report import (
     answer_check,
     before_after_table,
+    candidate_line,
     format_guard_line,
     job_dir,
     latest_run,
@@ -135,6 +136,9 @@ def print_summary(
         guarded = format_guard_line(run_dir)
         if guarded:
             console.print(f"format guard          [yellow]{guarded}[/yellow]")
+        stepped_back = candidate_line(run_dir)
+        if stepped_back:
+            console.print(f"candidate             [yellow]{stepped_back}[/yellow]")
         plots = job_dir(run_dir) / "plots"
         if plots.is_dir():
             console.print(f"plots                 {plots}")
