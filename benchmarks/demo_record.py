@@ -24,6 +24,14 @@ from training.ops.demo.budget import BUDGET_MINUTES
 from training.ops.demo.history import champion_history, held_out_figures
 
 RESULTS = Path(__file__).parent / "results" / "demo_runs.json"
+QUICK_EVAL_FIGURES = (
+    "rows",
+    "parseable_rate",
+    "tool_selection_accuracy",
+    "exact_call_accuracy",
+    "abstention_rate",
+    "pass_rate",
+)
 
 
 def newest(workdir: Path, pattern: str) -> Path:
@@ -57,6 +65,12 @@ def record(workdir: Path, wall_s: float, label: str) -> dict[str, Any]:
         "time_budget": report.get("time_budget"),
         "training_timings_s": {k: round(float(v), 1) for k, v in report["timings"].items()},
         "quick_eval_s": {k: v.get("seconds") for k, v in report["evals"].items()},
+        # what each phase did to the model on the job's own held-out rows (the same rows for
+        # every phase): whether the demo's GRPO moved its SFT start, and which way
+        "quick_eval": {
+            stage: {key: block.get(key) for key in QUICK_EVAL_FIGURES}
+            for stage, block in report["evals"].items()
+        },
         "training_peak_rss_gib": report.get("peak_rss_gib"),
         "sft": {
             key: report["sft"].get(key)
