@@ -240,14 +240,19 @@ def test_the_before_after_table_reads_the_run_folders(tmp_path: Path) -> None:
     assert before_after_table(tmp_path / "nothing") is None
 
 
-def test_the_closing_report_names_what_the_format_guard_did(tmp_path: Path) -> None:
-    from training.ops.demo.report import format_guard_line
-
+def job_report(tmp_path: Path) -> tuple[Path, Path]:
+    """A retraining run folder with one finished job: (the run, its job's cpu_report.json)."""
     run = tmp_path / "manual__1"
     job = run / "jobs" / "toolrl-x-a1"
     job.mkdir(parents=True)
     (job / "result.json").write_text("{}")
-    report = job / "cpu_report.json"
+    return run, job / "cpu_report.json"
+
+
+def test_the_closing_report_names_what_the_format_guard_did(tmp_path: Path) -> None:
+    from training.ops.demo.report import format_guard_line
+
+    run, report = job_report(tmp_path)
     reason = "SFT did not learn the call format: 24% parseable"
     report.write_text(json.dumps({"format_guard": {"action": "extend", "reason": reason}}))
     assert format_guard_line(run) == f"an SFT-only candidate: {reason}"
@@ -328,11 +333,7 @@ def test_the_closing_report_says_when_the_candidate_is_the_sft_model(tmp_path: P
     the demo's last screen says so with the reason (`candidate_choice.py`)."""
     from training.ops.demo.report import candidate_line
 
-    run = tmp_path / "manual__1"
-    job = run / "jobs" / "toolrl-x-a1"
-    job.mkdir(parents=True)
-    (job / "result.json").write_text("{}")
-    report = job / "cpu_report.json"
+    run, report = job_report(tmp_path)
     reason = "GRPO's model came out worse than its SFT start on the quick eval (parseable ...)"
     report.write_text(json.dumps({"candidate": {"stage": "sft", "reason": reason}}))
     assert candidate_line(run) == reason

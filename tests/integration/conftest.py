@@ -88,3 +88,12 @@ def _boto(env: dict[str, str]) -> dict[str, str]:
         "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
         "region_name": env["AWS_DEFAULT_REGION"],
     }
+
+
+@pytest.fixture
+def no_tracking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run in this process logs nowhere: an MLflow URI another test left in the environment
+    would send it retrying against a server that is gone. Modules whose runs train in
+    process ask for it (`pytestmark = pytest.mark.usefixtures("no_tracking")`)."""
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)

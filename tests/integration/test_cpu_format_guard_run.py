@@ -23,7 +23,11 @@ from training.evaluation.report import EvalReport, EvalSource
 from training.jobs.result import TrainingResult
 from training.spec.model import TrainingSpec
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(600),
+    pytest.mark.usefixtures("no_tracking"),
+]
 
 SPEC: dict[str, Any] = {
     "name": "cpu-format-guard-test",
@@ -58,14 +62,6 @@ SPEC: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generated_dataset(tmp_path_factory.mktemp("guard-data") / "data", 60)
-
-
-@pytest.fixture(autouse=True)
-def no_tracking(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runs log nowhere: an MLflow URI another test left in the environment would send
-    them retrying against a server that is gone."""
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def run(data: Path, workdir: Path, guard: str) -> tuple[TrainingResult, dict[str, Any]]:
