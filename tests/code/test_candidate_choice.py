@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.cpu_backend.candidate_choice import MIN_CASES, choose
+from training.cpu_backend.candidate_choice import MIN_CASES, choose, continued
 from training.cpu_backend.quick_eval import CASE_RESULTS, case_results, report_view
 from training.evaluation.metrics import headline_counts
 from training.evaluation.scoring import CaseResult
@@ -127,3 +127,9 @@ def test_parseable_is_one_definition_per_case_and_in_the_rate() -> None:
     ]
     assert [r.parseable for r in rows] == [True, False, False, None]
     assert headline_counts(rows)["parseable_rate"] == (1, 3)
+
+
+def test_a_run_continued_from_the_champion_keeps_grpos_model_and_says_why() -> None:
+    choice = continued()
+    assert choice.stage == "grpo" and "continued from the champion" in choice.reason
+    assert choice.paired == {}

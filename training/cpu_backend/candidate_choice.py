@@ -94,3 +94,14 @@ def choose(sft_cases: Sequence[CaseResult], grpo_cases: Sequence[CaseResult]) ->
         f"GRPO's model: not measurably worse than its SFT start on the quick eval ({compared})",
         paired,
     )
+
+
+def continued() -> CandidateChoice:
+    """A run with no SFT stage of its own (it continued from the champion with
+    `cpu.continue_sft_steps: 0`): GRPO's model, since its start is the champion, and the gate
+    already compares the candidate with the champion on more rows."""
+    return CandidateChoice(
+        "grpo",
+        "GRPO's model: this run had no SFT stage of its own (it continued from the champion), "
+        "so the gate's comparison with the champion is the check",
+    )

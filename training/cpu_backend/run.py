@@ -424,8 +424,10 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
             evals["grpo"] = quick_eval(
                 spec, grpo.model_dir, rows, url, run_dir / "eval_grpo.json", token
             )
-            choice = candidate_choice.choose(
-                case_results(evals.get("sft")), case_results(evals["grpo"])
+            choice = (
+                candidate_choice.choose(case_results(evals["sft"]), case_results(evals["grpo"]))
+                if "sft" in evals
+                else candidate_choice.continued()
             )
             logger.info("candidate: %s", choice.reason)
         else:
