@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from training.evaluation.paired import paired_against
+from training.evaluation.paired import difference_text, paired_against
 from training.evaluation.scoring import CaseResult
 
 #: The figures compared, by the `CaseResult` field each is paired on.
@@ -55,10 +55,7 @@ class CandidateChoice:
 
 
 def _percent(figure: dict[str, float]) -> str:
-    return (
-        f"{100 * figure['difference']:+.1f} points [{100 * figure['ci90_low']:+.1f}, "
-        f"{100 * figure['ci90_high']:+.1f}] over {int(figure['cases'])} rows"
-    )
+    return f"{difference_text(figure, ' points')} over {int(figure['cases'])} rows"
 
 
 def choose(sft_cases: Sequence[CaseResult], grpo_cases: Sequence[CaseResult]) -> CandidateChoice:

@@ -25,6 +25,16 @@ PAIRED_FIELDS = {
 }
 
 
+def difference_text(figure: dict[str, float], unit: str = "") -> str:
+    """A `paired_bootstrap` figure in points with its 90% interval, `+7.6 [+3.8, +11.5]`
+    (`unit` after the number: `+7.6 points [...]`): the one wording of a paired difference
+    (the demo's table, the run's candidate choice)."""
+    return (
+        f"{figure['difference'] * 100:+.1f}{unit} [{figure['ci90_low'] * 100:+.1f}, "
+        f"{figure['ci90_high'] * 100:+.1f}]"
+    )
+
+
 def read_cases(report: Path) -> list[CaseResult]:
     """Sample 0 of every case, from the journal the runner keeps beside `report`."""
     lines = journal_path(report).read_text(encoding="utf-8").splitlines()[1:]  # 1st: header

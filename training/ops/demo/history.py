@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.evaluation.paired import paired_against, read_cases
+from training.evaluation.paired import difference_text, paired_against, read_cases
 from training.evaluation.report import rate_denominators, wilson_interval
 from training.registry.auth import Identity
 
@@ -132,10 +132,7 @@ VERSUS_CHAMPION_LABEL = "exact call, candidate - champion (same cases)"
 def _gain_cell(gain: dict[str, float] | None) -> str:
     if gain is None:
         return "-"
-    return (
-        f"{gain['difference'] * 100:+.1f} [{gain['ci90_low'] * 100:+.1f}, "
-        f"{gain['ci90_high'] * 100:+.1f}] n={int(gain['cases'])}"
-    )
+    return f"{difference_text(gain)} n={int(gain['cases'])}"
 
 
 def history_rows(history: list[RunFigures]) -> list[list[str]]:
