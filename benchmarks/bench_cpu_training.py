@@ -293,6 +293,7 @@ def main() -> None:
             "flat_batches": training["grpo"].get("flat_batches"),
             "zero_std_fractions": training["grpo"].get("zero_std_fractions"),
             "resampling": training["grpo"].get("resampling"),
+            "prompt_pool": training["grpo"].get("prompt_pool"),
         },
         "format_guard": training.get("format_guard"),
         "candidate": training.get("candidate"),

@@ -13,15 +13,16 @@ optimizer step on it (on-policy, like verl with one mini-batch per step).
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 from transformers import TrainerCallback
 from trl.trainer.grpo_trainer import GRPOTrainer
@@ -42,6 +43,7 @@ from training.cpu_backend.memory import (
 from training.cpu_backend.packed_loss import frozen_context_completion_logps
 from training.cpu_backend.precision import PrecisionMixin
 from training.cpu_backend.prefix import completion_logps
+from training.cpu_backend.prompt_pool import as_prompts, category_frame, prompt_pool
 from training.cpu_backend.replay import SftReplay
 from training.cpu_backend.reward import ProjectReward, score_completions
 from training.cpu_backend.rollouts import EpisodeRollouts, Resampling
@@ -53,6 +55,8 @@ from training.cpu_backend.update_chunks import (
     trained_tokens,
 )
 from training.spec.model import TrainingSpec
+
+logger = logging.getLogger(__name__)
 
 #: verl's `actor.loss_agg_mode` -> TRL's `loss_type` (how token losses become one number).
 LOSS_TYPES = {
@@ -120,28 +124,9 @@ def is_flat(advantages: torch.Tensor) -> bool:
 
 
 def grpo_rows(train_file: Path, categories: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Train rows as TRL reads them: chat prompt, ground truth, row index (for sessions).
-    With `categories`, only rows of those categories (`cpu.grpo_categories`): RL aimed at the
-    decisions SFT gets wrong."""
-    columns = ["prompt", "reward_model", "extra_info", "category"]
-    frame = pd.read_parquet(train_file, columns=columns if categories else columns[:3])
-    if categories:
-        frame = frame[frame["category"].isin(list(categories))]
-        if frame.empty:
-            raise ValueError(
-                f"{train_file} has no train row of cpu.grpo_categories {sorted(categories)}: "
-                "widen the list or regenerate the dataset with those categories"
-            )
-    return [
-        {
-            "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt],
-            "reward_model": {"ground_truth": str(reward["ground_truth"])},
-            "extra_info": {"index": int(extra["index"]), "split": str(extra["split"])},
-        }
-        for prompt, reward, extra in zip(
-            frame["prompt"], frame["reward_model"], frame["extra_info"], strict=True
-        )
-    ]
+    """Train rows as TRL reads them (`prompt_pool.as_prompts`). With `categories`, only rows
+    of those categories (`cpu.grpo_categories`): RL aimed at the decisions SFT gets wrong."""
+    return as_prompts(category_frame(train_file, categories))
 
 
 @dataclass
@@ -178,6 +163,8 @@ class GrpoResult:
     step_seconds: tuple[float, ...] = ()
     """Wall seconds of each step this process trained (generation, reference pass, update,
     the SFT replay and any checkpoint save): what a GRPO step costs where the run is."""
+    prompt_pool: dict[str, int] = field(default_factory=dict)
+    """Which train rows the prompts came from (`prompt_pool.PromptPool.as_dict`)."""
 
     @property
     def steps_per_s(self) -> float:
@@ -413,10 +400,13 @@ def run_grpo(
     callbacks: list[Any] | None = None,
     mcp_token: str | None = None,
     replay: SftReplay | None = None,
+    trained: AbstractSet[int] = frozenset(),
 ) -> GrpoResult:
     """GRPO from `start_model` (the SFT output), resuming from `run_dir` when it holds a
     complete checkpoint; checkpoints go to `run_dir/global_step_N` (verl's layout). With
-    `replay` (`replay.sft_replay`), each step adds the SFT loss on one of its batches."""
+    `replay` (`replay.sft_replay`), each step adds the SFT loss on one of its batches. With
+    `trained` (`sft.trained_rows`), prompts come from the rows SFT did not train on first
+    (`prompt_pool.py`)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl.trainer.grpo_config import GRPOConfig
@@ -440,7 +430,16 @@ def run_grpo(
     if resume is not None and resume >= planned:
         return GrpoResult(actor_path(run_dir, resume), resume, planned, 0, 0.0, 0, False, resume)
     args = GRPOConfig(**grpo_arguments(spec, run_dir / ".trainer"))
-    rows = grpo_rows(train_file, spec.cpu.grpo_categories)
+    pool = prompt_pool(
+        train_file,
+        spec.cpu.grpo_categories,
+        trained,
+        needed=planned * spec.cpu.prompts_per_step,
+        seed=spec.cpu.seed,
+    )
+    rows = pool.rows
+    if trained:
+        logger.info(pool.describe())
     layout = LayoutCallback(
         run_dir,
         spec.checkpoint.keep,
@@ -507,4 +506,5 @@ def run_grpo(
         peak_rss_gib=[float(e[PEAK_KEY]) for e in logged if PEAK_KEY in e],
         setup_seconds=start - began,
         step_seconds=tuple(b - a for a, b in pairwise([start, *clock.ends])),
+        prompt_pool=pool.as_dict(),
     )

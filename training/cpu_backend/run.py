@@ -46,6 +46,7 @@ from training.cpu_backend.sft import (
     ToolSchema,
     probe_sft_step,
     run_sft,
+    trained_rows,
 )
 from training.cpu_backend.tracking import LogCallback, ProgressCallback, Tracker
 from training.data.packs.truth import dataset_registry
@@ -312,6 +313,7 @@ def _grpo_report(grpo: GrpoResult, budget: RolloutBudget, run_dir: Path) -> dict
         "setup_s": round(grpo.setup_seconds, 2),
         "step_s": [round(seconds, 2) for seconds in grpo.step_seconds],
         "malformed_history": grpo.malformed_history,
+        "prompt_pool": grpo.prompt_pool,
         "rollouts": str(run_dir / ROLLOUTS_FILE),
         # GRPO's own model: the run may hand on its SFT start instead (candidate_choice.py)
         "model_dir": str(grpo.model_dir),
@@ -416,8 +418,21 @@ def run_local(spec: TrainingSpec, workdir: Path) -> dict[str, Any]:
         if verdict.action == "grpo":
             grpo_callbacks = [LogCallback(tracker, "train"), ProgressCallback(run_dir, "grpo")]
             replay = sft_replay(spec, train_file, sft.model_dir, schemas)
+            trained = (
+                trained_rows(spec, train_file, spec.cpu.sft_steps, sft.steps)
+                if spec.cpu.grpo_fresh_rows and sft.model_dir != base
+                else frozenset()
+            )
             grpo = run_grpo(
-                spec, sft.model_dir, train_file, run_dir, url, grpo_callbacks, token, replay
+                spec,
+                sft.model_dir,
+                train_file,
+                run_dir,
+                url,
+                grpo_callbacks,
+                token,
+                replay,
+                trained,
             )
             timings["grpo_s"] = grpo.seconds
             peaks["grpo"] = release_memory(resident, "grpo")

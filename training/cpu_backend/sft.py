@@ -117,17 +117,18 @@ def _weighted_order(
     return sorted(members, key=lambda index: keys[index], reverse=True)
 
 
-def sft_rows(
+def sft_row_order(
     frame: pd.DataFrame,
     steps: int,
     batch_size: int,
     seed: int,
     category_weights: Mapping[str, float] | None = None,
-) -> list[list[dict[str, Any]]]:
-    """`steps * batch_size` examples in training order (cycling through the split if it
-    is smaller). Each consecutive batch shares one system prompt, so the rows of a batch
-    share their whole tool prompt (see `prefix.py`); batches come in a seeded random
-    order, and the trainer reads them sequentially (which also makes resume exact).
+) -> list[int]:
+    """The positions in `frame` of `steps * batch_size` examples in training order (cycling
+    through the split if it is smaller). Each consecutive batch shares one system prompt, so
+    the rows of a batch share their whole tool prompt (see `prefix.py`); batches come in a
+    seeded random order, and the trainer reads them sequentially (which also makes resume
+    exact, and lets GRPO tell which rows the first N steps trained on: `trained_rows`).
 
     `category_weights` (`cpu.sft_category_weights`) bias which rows a partial pass takes:
     with the demo's 130 steps of 8 rows the model sees 1,040 of 1,788 time-pack rows, and
@@ -148,7 +149,42 @@ def sft_rows(
         cycled = [order[i % len(order)] for i in range(share * batch_size)]
         batches += [cycled[i : i + batch_size] for i in range(0, len(cycled), batch_size)]
     rng.shuffle(batches)
-    return [trajectory(records[i]) for batch in batches[:steps] for i in batch]
+    return [i for batch in batches[:steps] for i in batch]
+
+
+def sft_rows(
+    frame: pd.DataFrame,
+    steps: int,
+    batch_size: int,
+    seed: int,
+    category_weights: Mapping[str, float] | None = None,
+) -> list[list[dict[str, Any]]]:
+    """The trajectories of `sft_row_order`, in training order."""
+    records = frame.to_dict("records")
+    order = sft_row_order(frame, steps, batch_size, seed, category_weights)
+    return [trajectory(records[i]) for i in order]
+
+
+def _category_weights(spec: TrainingSpec) -> dict[str, float]:
+    return {str(category): weight for category, weight in spec.cpu.sft_category_weights.items()}
+
+
+def trained_rows(
+    spec: TrainingSpec, train_file: Path, planned_steps: int, trained_steps: int
+) -> frozenset[int]:
+    """Positions in `train_file` of the rows the first `trained_steps` steps of a
+    `planned_steps`-step SFT run trained on (a deadline may stop it early). The plan of N
+    steps is not a prefix of a longer one (each prompt group's share scales with N), hence
+    both counts. A row dropped as too long shifts the later ones by one row; not counted."""
+    cpu = spec.cpu
+    order = sft_row_order(
+        pd.read_parquet(train_file, columns=["prompt", "category"]),
+        planned_steps,
+        cpu.sft_batch_size,
+        cpu.seed,
+        _category_weights(spec),
+    )
+    return frozenset(order[: trained_steps * cpu.sft_batch_size])
 
 
 def tokenize_rows(
@@ -210,9 +246,8 @@ def sft_examples(
     were dropped as too long: what `run_sft` trains on, and what GRPO's SFT replay
     (`replay.py`) reads again, row for row, for the same spec and data."""
     cpu = spec.cpu
-    weights = {str(category): weight for category, weight in cpu.sft_category_weights.items()}
     trajectories = sft_rows(
-        pd.read_parquet(train_file), steps, cpu.sft_batch_size, cpu.seed, weights
+        pd.read_parquet(train_file), steps, cpu.sft_batch_size, cpu.seed, _category_weights(spec)
     )
     return tokenize_rows(
         cpu_renderer(tokenizer, spec.model.enable_thinking),

@@ -270,6 +270,14 @@ class CpuSection(_Section):
         "model that over-calls. Measured on SmolLM2-135M: it fixed the over-calling and "
         "multi-step calls still collapsed (docs/parts/cpu_backend.md).",
     )
+    grpo_fresh_rows: bool = Field(
+        default=False,
+        description="GRPO prompts only from train rows the SFT start did not train on "
+        "(topped up at random with trained rows when fewer are left than GRPO's steps x "
+        "prompts_per_step): a prompt SFT learnt scores alike in every rollout and teaches "
+        "GRPO nothing (training/cpu_backend/prompt_pool.py). Off: any row of "
+        "grpo_categories. A run continued from a champion trains no SFT and excludes none.",
+    )
     grpo_sft_replay_coef: float = Field(
         default=0.0,
         ge=0,
