@@ -14,7 +14,7 @@ from training.cpu_backend.grpo import grpo_rows
 from training.cpu_backend.prompt_pool import prompt_pool
 from training.cpu_backend.sft import sft_row_order, sft_rows, trained_rows, trajectory
 from training.data.packs.generate import generate_builtin_dataset
-from training.spec.model import SpecError, load_spec, with_settings
+from training.spec.model import CpuSection, SpecError, load_spec, with_settings
 
 SPEC = Path(__file__).resolve().parents[2] / "training" / "specs" / "cpu_smollm2.yaml"
 CATEGORIES = ["single", "clarification", "irrelevance"]
@@ -101,8 +101,9 @@ def test_nothing_trained_draws_every_row_of_the_categories(train_file: Path) -> 
     assert prompt_pool(train_file).rows == grpo_rows(train_file)
 
 
-def test_the_option_is_off_unless_set_and_refuses_non_booleans() -> None:
-    assert load_spec(SPEC).cpu.grpo_fresh_rows is False
-    assert with_settings(load_spec(SPEC), ["cpu.grpo_fresh_rows=true"]).cpu.grpo_fresh_rows
+def test_the_demo_spec_turns_it_on_and_non_booleans_are_refused() -> None:
+    assert CpuSection().grpo_fresh_rows is False, "a spec that does not ask draws every row"
+    assert load_spec(SPEC).cpu.grpo_fresh_rows is True
+    assert not with_settings(load_spec(SPEC), ["cpu.grpo_fresh_rows=false"]).cpu.grpo_fresh_rows
     with pytest.raises(SpecError, match="grpo_fresh_rows"):
         with_settings(load_spec(SPEC), ["cpu.grpo_fresh_rows=sometimes"])

@@ -276,7 +276,9 @@ class CpuSection(_Section):
         "(topped up at random with trained rows when fewer are left than GRPO's steps x "
         "prompts_per_step): a prompt SFT learnt scores alike in every rollout and teaches "
         "GRPO nothing (training/cpu_backend/prompt_pool.py). Off: any row of "
-        "grpo_categories. A run continued from a champion trains no SFT and excludes none.",
+        "grpo_categories. A run continued from a champion trains no SFT and excludes none. "
+        "Measured on SmolLM2-135M from one 150-step SFT start: exact call +5.0 points over "
+        "it with, +1.2 without (docs/parts/cpu_backend.md). CPU backend only.",
     )
     grpo_sft_replay_coef: float = Field(
         default=0.0,
