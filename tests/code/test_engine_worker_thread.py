@@ -10,8 +10,13 @@ from typing import Any
 
 import pytest
 
+import serving.agent.loop
 from serving.engine.engine import Engine, Request, Sampling
 from serving.engine.worker import EngineWorker
+from serving.mcp_server.config import ServerConfig
+from serving.mcp_server.server import start
+from serving.toolcalls import active_registry, using_registry
+from serving.toolcalls.registry import snapshot_registry
 from training.cpu_backend.episodes import (
     EpisodeJob,
     EpisodeSettings,
@@ -98,3 +103,46 @@ def test_a_failing_episode_loop_is_raised_here_not_left_hanging(tiny: tuple[Any,
         run_episodes(model, renderer, "http://127.0.0.1:9/mcp", [broken], settings, threads=1)
     assert model.training  # left in the mode it was found in
     assert not [t for t in threading.enumerate() if t.name == "toolrl-episodes" and t.is_alive()]
+
+
+PACK_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "convert_time",
+        "description": "A pack's own tool, not in the built-in catalog.",
+        "parameters": {"type": "object", "properties": {"time": {"type": "string"}}},
+    },
+}
+
+
+def test_the_episode_loop_judges_calls_by_the_registry_installed_here(
+    tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack dataset's tools are installed with `using_registry` in the trainer's thread;
+    the loop's parser, on the helper thread, must judge calls by them (each turn's
+    `Agent._parse_raw` parses with `active_registry()`). It once ran in a new
+    thread's empty context: every call to a pack tool read as `unknown_function`, the time
+    pack's quick eval read 39% parseable where 88% picked the right tool, and the format
+    guard replaced GRPO with more SFT. Real pieces: the tiny model, the engine, the MCP
+    server in mock mode on loopback; the turn parser is wrapped (a spy, it
+    still parses) to record the registry it would use."""
+    model, tokenizer = tiny
+    seen: list[Any] = []
+
+    parse_turn = serving.agent.loop.Agent._parse_raw
+
+    def spying_parse(agent: Any, turn: Any) -> None:
+        seen.append(active_registry())
+        parse_turn(agent, turn)
+
+    monkeypatch.setattr(serving.agent.loop.Agent, "_parse_raw", spying_parse)
+    pack = snapshot_registry([PACK_TOOL])
+    job = EpisodeJob(messages=[{"role": "user", "content": "What time is it?"}], session="s")
+    settings = EpisodeSettings(max_turns=1, max_tokens=4)
+    renderer = cpu_renderer(tokenizer, False)
+    mock = ServerConfig(mode="mock", port=0, workers=1, log_level="warning")
+    with start(mock) as mcp, using_registry(pack):
+        [trajectory] = run_episodes(model, renderer, mcp.url, [job], settings, threads=1)
+    assert trajectory.stop != "error", trajectory
+    assert seen and all(registry is pack for registry in seen)
+    assert "convert_time" in seen[0]

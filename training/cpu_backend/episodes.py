@@ -17,6 +17,7 @@ episode waiting for a model turn joins the same continuous batch.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -175,7 +176,14 @@ def run_episodes(
             finally:
                 backend.worker.close()  # ends `run_here` below
 
-        loop = threading.Thread(target=run_loop, name="toolrl-episodes", daemon=True)
+        # in a copy of this thread's context: a new thread starts with an empty one, and the
+        # loop's parser judges calls by the registry installed here (`using_registry`: a pack
+        # dataset's tools; without it every call to a tool outside the built-in catalog read
+        # as `unknown_function`)
+        context = contextvars.copy_context()
+        loop = threading.Thread(
+            target=context.run, args=(run_loop,), name="toolrl-episodes", daemon=True
+        )
         loop.start()
         backend.worker.run_here()
         loop.join()
