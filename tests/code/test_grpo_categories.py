@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from training.cpu_backend.grpo import grpo_rows
+from training.cpu_backend.prompt_pool import prompt_pool
 from training.data.packs.generate import generate_builtin_dataset
 from training.spec.model import SpecError, load_spec, with_settings
 
@@ -27,14 +27,14 @@ def train_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_rows_come_only_from_the_categories_named(train_file: Path) -> None:
     frame = pd.read_parquet(train_file, columns=["category", "extra_info"])
     spec = with_settings(load_spec(SPEC), ["cpu.grpo_categories=[single, clarification]"])
-    rows = grpo_rows(train_file, spec.cpu.grpo_categories)
+    rows = prompt_pool(train_file, spec.cpu.grpo_categories).rows
     indices = frame["extra_info"].map(lambda e: int(e["index"]))
     by_index = dict(zip(indices, frame["category"], strict=True))
     kept = {by_index[row["extra_info"]["index"]] for row in rows}
     assert kept == {"single", "clarification"}
     expected = int(frame["category"].isin(["single", "clarification"]).sum())
     assert len(rows) == expected > 0
-    assert len(grpo_rows(train_file)) == len(frame), "no list: every row"
+    assert len(prompt_pool(train_file).rows) == len(frame), "no list: every row"
 
 
 def test_a_list_no_train_row_matches_is_a_clear_error(train_file: Path, tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_a_list_no_train_row_matches_is_a_clear_error(train_file: Path, tmp_path
     only_single = tmp_path / "train.parquet"
     frame[frame["category"] == "single"].to_parquet(only_single, index=False)
     with pytest.raises(ValueError, match=r"no train row of cpu\.grpo_categories"):
-        grpo_rows(only_single, ["parallel"])
+        prompt_pool(only_single, ["parallel"])
 
 
 @pytest.mark.parametrize("value", ["[singel]", "[single, 7]", "single; rm -rf /"])

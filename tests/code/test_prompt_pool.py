@@ -10,8 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from training.cpu_backend.grpo import grpo_rows
-from training.cpu_backend.prompt_pool import prompt_pool
+from training.cpu_backend.prompt_pool import as_prompts, category_frame, prompt_pool
 from training.cpu_backend.sft import sft_row_order, sft_rows, trained_rows, trajectory
 from training.data.packs.generate import generate_builtin_dataset
 from training.spec.model import CpuSection, SpecError, load_spec, with_settings
@@ -55,7 +54,7 @@ def test_no_trained_row_is_drawn_while_fresh_ones_last(train_file: Path) -> None
     positions = row_index(train_file)
     trained_index = {positions[i] for i in trained}
     pool = prompt_pool(train_file, CATEGORIES, trained, needed=16, seed=0)
-    everything = grpo_rows(train_file, CATEGORIES)
+    everything = prompt_pool(train_file, CATEGORIES).rows
     drawn = {row["extra_info"]["index"] for row in pool.rows}
     assert drawn and not drawn & trained_index
     fresh = {row["extra_info"]["index"] for row in everything} - trained_index
@@ -72,7 +71,7 @@ def test_no_trained_row_is_drawn_while_fresh_ones_last(train_file: Path) -> None
 def test_too_few_fresh_rows_are_topped_up_with_a_seeded_sample(train_file: Path) -> None:
     """A long SFT leaves fewer fresh rows than GRPO's steps draw: the pool is filled to what
     they need with trained rows (the same ones for the same seed), fresh rows all kept."""
-    everything = grpo_rows(train_file, CATEGORIES)
+    everything = prompt_pool(train_file, CATEGORIES).rows
     frame = pd.read_parquet(train_file, columns=["category"])
     in_categories = [i for i, c in enumerate(frame["category"]) if c in CATEGORIES]
     trained = frozenset(in_categories[3:])  # three fresh rows left
@@ -96,9 +95,9 @@ def test_too_few_fresh_rows_are_topped_up_with_a_seeded_sample(train_file: Path)
 
 def test_nothing_trained_draws_every_row_of_the_categories(train_file: Path) -> None:
     pool = prompt_pool(train_file, CATEGORIES, frozenset(), needed=32)
-    assert pool.rows == grpo_rows(train_file, CATEGORIES)
+    assert pool.rows == as_prompts(category_frame(train_file, CATEGORIES))
     assert (pool.fresh_rows, pool.topped_up) == (pool.category_rows, 0)
-    assert prompt_pool(train_file).rows == grpo_rows(train_file)
+    assert len(prompt_pool(train_file).rows) == len(pd.read_parquet(train_file)), "every row"
 
 
 def test_the_demo_spec_turns_it_on_and_non_booleans_are_refused() -> None:

@@ -43,7 +43,7 @@ from training.cpu_backend.memory import (
 from training.cpu_backend.packed_loss import frozen_context_completion_logps
 from training.cpu_backend.precision import PrecisionMixin
 from training.cpu_backend.prefix import completion_logps
-from training.cpu_backend.prompt_pool import as_prompts, category_frame, prompt_pool
+from training.cpu_backend.prompt_pool import prompt_pool
 from training.cpu_backend.replay import SftReplay
 from training.cpu_backend.reward import ProjectReward, score_completions
 from training.cpu_backend.rollouts import EpisodeRollouts, Resampling
@@ -121,12 +121,6 @@ def grpo_arguments(spec: TrainingSpec, output_dir: Path) -> dict[str, Any]:
 def is_flat(advantages: torch.Tensor) -> bool:
     """True when no rollout's advantage differs from zero (all groups scored alike)."""
     return bool((advantages == 0).all())
-
-
-def grpo_rows(train_file: Path, categories: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Train rows as TRL reads them (`prompt_pool.as_prompts`). With `categories`, only rows
-    of those categories (`cpu.grpo_categories`): RL aimed at the decisions SFT gets wrong."""
-    return as_prompts(category_frame(train_file, categories))
 
 
 @dataclass

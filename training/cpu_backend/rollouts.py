@@ -55,7 +55,7 @@ class Resampling:
     """Dynamic sampling: replace groups without reward spread by groups that have some."""
 
     pool: Sequence[Mapping[str, Any]]
-    """Train rows to draw replacements from (`grpo.grpo_rows`: prompt, reward_model,
+    """Train rows to draw replacements from (`prompt_pool.prompt_pool`: prompt, reward_model,
     extra_info)."""
     score: Callable[[Sequence[Sequence[int]], Sequence[object]], list[float]]
     """Rewards of completions given their ground truths (the run's reward function)."""
