@@ -64,6 +64,7 @@ def test_no_trained_row_is_drawn_while_fresh_ones_last(train_file: Path) -> None
         "category_rows": len(everything),
         "fresh_rows": len(fresh),
         "topped_up": 0,
+        "own_template_rows": 0,
     }
     assert len(fresh) < len(everything), "the fixture's SFT plan must cover some of them"
 

@@ -47,7 +47,7 @@ from training.cpu_backend.prompt_pool import prompt_pool
 from training.cpu_backend.replay import SftReplay
 from training.cpu_backend.reward import ProjectReward, score_completions
 from training.cpu_backend.rollouts import EpisodeRollouts, Resampling
-from training.cpu_backend.sft import StepClock
+from training.cpu_backend.sft import StepClock, grpo_own_rows
 from training.cpu_backend.update_chunks import (
     chunk_weight,
     row_chunks,
@@ -430,6 +430,7 @@ def run_grpo(
         trained,
         needed=planned * spec.cpu.prompts_per_step,
         seed=spec.cpu.seed,
+        own_templates=grpo_own_rows(spec, train_file),
     )
     rows = pool.rows
     if trained:

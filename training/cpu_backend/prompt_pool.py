@@ -8,6 +8,13 @@ after 300 SFT steps, which cover the whole 1,790-row train split, every group of
 steps scored alike and GRPO added +0.0 exact-call points; after 150 steps (two thirds of the
 split) 7 of 16 steps were flat and it added +7.6. Drawing GRPO's prompts from the rows SFT
 left out makes that split deliberate instead of an accident of where SFT stopped.
+
+`cpu.grpo_own_templates` goes one step further for the categories it names: part of their
+train *phrasings* are GRPO's alone. Fresh rows of a template SFT trained on are still solved
+(every clarification group of a 150-step start scored alike), so GRPO learns nothing there
+while its single-call prompts push every wording towards calling: held-out clarification
+fell from 33% to 17% on seed 1. From a 40-step start, where clarification groups still
+disagreed, GRPO raised it instead. A wording SFT never saw gives those groups back.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from training.data.packs.split import held_out
 
 PromptRow = dict[str, Any]
 
@@ -38,6 +47,23 @@ def category_frame(train_file: Path, categories: Sequence[str] = ()) -> pd.DataF
                 "widen the list or regenerate the dataset with those categories"
             )
     return frame
+
+
+def grpo_template_rows(frame: pd.DataFrame, categories: Sequence[str]) -> frozenset[int]:
+    """Positions (the frame's index) of the train rows whose phrasing is GRPO's alone, in
+    `categories` (`cpu.grpo_own_templates`). Per intent and language, `split.held_out` (the
+    rule that holds templates out for test) picks among that intent's train templates, so
+    the choice depends only on the template ids; an intent-language with one train template
+    keeps it for SFT. `frame` needs `category` and `template_id`
+    (`pack/intent/language/template`)."""
+    if not categories:
+        return frozenset()
+    rows = frame[frame["category"].isin([str(c) for c in categories])]
+    groups: dict[str, set[str]] = {}
+    for template in rows["template_id"].astype(str):
+        groups.setdefault(template.rsplit("/", 1)[0], set()).add(template)
+    own = {t for templates in groups.values() for t in held_out(sorted(templates))}
+    return frozenset(int(i) for i in rows.index[rows["template_id"].isin(list(own))])
 
 
 def as_prompts(frame: pd.DataFrame) -> list[PromptRow]:
@@ -66,6 +92,8 @@ class PromptPool:
     topped_up: int
     """Rows SFT did train on, added at random because fewer fresh rows than GRPO's steps
     draw were left."""
+    own_template_rows: int = 0
+    """Of the rows drawn from, those whose phrasing SFT never saw (`cpu.grpo_own_templates`)."""
 
     def describe(self) -> str:
         """One log line: where GRPO's prompts come from."""
@@ -74,6 +102,8 @@ class PromptPool:
             f"{self.fresh_rows} of the {self.category_rows} in its categories that SFT did "
             "not train on"
         )
+        if self.own_template_rows:
+            line += f" ({self.own_template_rows} in wordings SFT never saw)"
         return line + (f", and {self.topped_up} it did (too few left)" if self.topped_up else "")
 
     def as_dict(self) -> dict[str, int]:
@@ -82,6 +112,7 @@ class PromptPool:
             "category_rows": self.category_rows,
             "fresh_rows": self.fresh_rows,
             "topped_up": self.topped_up,
+            "own_template_rows": self.own_template_rows,
         }
 
 
@@ -91,11 +122,13 @@ def prompt_pool(
     trained: AbstractSet[int] = frozenset(),
     needed: int = 0,
     seed: int = 0,
+    own_templates: AbstractSet[int] = frozenset(),
 ) -> PromptPool:
     """GRPO's prompt rows: the rows of `categories` whose position is not in `trained`.
     Where fewer than `needed` (GRPO's steps x prompts per step) are left, a seeded sample of
     trained rows fills the pool to `needed`, so no prompt repeats before the pool runs out;
-    with nothing trained (or `trained` empty: the option is off) every row of `categories`."""
+    with nothing trained (or `trained` empty: the option is off) every row of `categories`.
+    `own_templates` (`grpo_template_rows`) only counts: SFT never trained on those rows."""
     frame = category_frame(train_file, categories)
     seen = frame.index.isin(list(trained))
     fresh, known = frame[~seen], frame[seen]
@@ -104,4 +137,5 @@ def prompt_pool(
     pool = pd.concat([fresh, known.iloc[picked]]) if short else fresh
     if pool.empty:  # nothing needed and nothing fresh: every row, as before the option
         pool = frame
-    return PromptPool(as_prompts(pool), len(frame), len(fresh), short)
+    own = int(pool.index.isin(list(own_templates)).sum())
+    return PromptPool(as_prompts(pool), len(frame), len(fresh), short, own)

@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from training.cpu_backend.episodes import cpu_renderer
 from training.cpu_backend.packed_loss import CallBoundary, frozen_context_sft_loss
 from training.cpu_backend.precision import PrecisionMixin, torch_dtype
 from training.cpu_backend.prefix import causal_lm_loss
+from training.cpu_backend.prompt_pool import grpo_template_rows
 from training.cpu_backend.schedule import (
     RECENT_STEPS,
     projected_last_step,
@@ -123,6 +125,7 @@ def sft_row_order(
     batch_size: int,
     seed: int,
     category_weights: Mapping[str, float] | None = None,
+    held_back: AbstractSet[int] = frozenset(),
 ) -> list[int]:
     """The positions in `frame` of `steps * batch_size` examples in training order (cycling
     through the split if it is smaller). Each consecutive batch shares one system prompt, so
@@ -132,11 +135,14 @@ def sft_row_order(
 
     `category_weights` (`cpu.sft_category_weights`) bias which rows a partial pass takes:
     with the demo's 130 steps of 8 rows the model sees 1,040 of 1,788 time-pack rows, and
-    the weights decide which. Without them every row is equally likely (a plain shuffle)."""
+    the weights decide which. Without them every row is equally likely (a plain shuffle).
+    Rows at the positions in `held_back` (GRPO's own templates) are never taken."""
     rng = random.Random(seed)
     records = frame.to_dict("records")
     groups: dict[str, list[int]] = {}
     for index, record in enumerate(records):
+        if index in held_back:
+            continue
         groups.setdefault(str(record["prompt"][0]["content"]), []).append(index)
     batches: list[list[int]] = []
     for members in groups.values():
@@ -145,7 +151,7 @@ def sft_row_order(
         else:
             order = list(members)
             rng.shuffle(order)
-        share = max(1, round(steps * len(members) / len(records)))
+        share = max(1, round(steps * len(members) / max(1, len(records) - len(held_back))))
         cycled = [order[i % len(order)] for i in range(share * batch_size)]
         batches += [cycled[i : i + batch_size] for i in range(0, len(cycled), batch_size)]
     rng.shuffle(batches)
@@ -158,15 +164,28 @@ def sft_rows(
     batch_size: int,
     seed: int,
     category_weights: Mapping[str, float] | None = None,
+    held_back: AbstractSet[int] = frozenset(),
 ) -> list[list[dict[str, Any]]]:
     """The trajectories of `sft_row_order`, in training order."""
     records = frame.to_dict("records")
-    order = sft_row_order(frame, steps, batch_size, seed, category_weights)
+    order = sft_row_order(frame, steps, batch_size, seed, category_weights, held_back)
     return [trajectory(records[i]) for i in order]
 
 
 def _category_weights(spec: TrainingSpec) -> dict[str, float]:
     return {str(category): weight for category, weight in spec.cpu.sft_category_weights.items()}
+
+
+def grpo_own_rows(spec: TrainingSpec, train: pd.DataFrame | Path) -> frozenset[int]:
+    """Positions of the train rows SFT leaves to GRPO (`cpu.grpo_own_templates`,
+    `prompt_pool.grpo_template_rows`), in the whole train split (a frame read from the file
+    in order, or the file)."""
+    categories = [str(c) for c in spec.cpu.grpo_own_templates]
+    if not categories:
+        return frozenset()
+    if isinstance(train, Path):
+        train = pd.read_parquet(train, columns=["category", "template_id"])
+    return grpo_template_rows(train.reset_index(drop=True), categories)
 
 
 def trained_rows(
@@ -177,12 +196,15 @@ def trained_rows(
     steps is not a prefix of a longer one (each prompt group's share scales with N), hence
     both counts. A row dropped as too long shifts the later ones by one row; not counted."""
     cpu = spec.cpu
+    own_templates = ["template_id"] if cpu.grpo_own_templates else []
+    frame = pd.read_parquet(train_file, columns=["prompt", "category", *own_templates])
     order = sft_row_order(
-        pd.read_parquet(train_file, columns=["prompt", "category"]),
+        frame,
         planned_steps,
         cpu.sft_batch_size,
         cpu.seed,
         _category_weights(spec),
+        grpo_own_rows(spec, frame),
     )
     return frozenset(order[: trained_steps * cpu.sft_batch_size])
 
@@ -246,8 +268,14 @@ def sft_examples(
     were dropped as too long: what `run_sft` trains on, and what GRPO's SFT replay
     (`replay.py`) reads again, row for row, for the same spec and data."""
     cpu = spec.cpu
+    frame = pd.read_parquet(train_file)
     trajectories = sft_rows(
-        pd.read_parquet(train_file), steps, cpu.sft_batch_size, cpu.seed, _category_weights(spec)
+        frame,
+        steps,
+        cpu.sft_batch_size,
+        cpu.seed,
+        _category_weights(spec),
+        grpo_own_rows(spec, frame),
     )
     return tokenize_rows(
         cpu_renderer(tokenizer, spec.model.enable_thinking),

@@ -280,6 +280,15 @@ class CpuSection(_Section):
         "Measured on SmolLM2-135M from one 150-step SFT start: exact call +5.0 points over "
         "it with, +1.2 without (docs/parts/cpu_backend.md). CPU backend only.",
     )
+    grpo_own_templates: list[Category] = Field(
+        default_factory=list,
+        description="Categories whose intents leave part of their train phrasings to GRPO: "
+        "SFT never trains on those rows, so GRPO meets the category's decision in a wording "
+        "it has not learnt, as the held-out templates are. Per intent and language, the same "
+        "rule that picks the test templates picks GRPO's among the train ones; an intent "
+        "with one train phrasing in a language keeps it for SFT "
+        "(training/cpu_backend/prompt_pool.py). CPU backend only.",
+    )
     grpo_sft_replay_coef: float = Field(
         default=0.0,
         ge=0,
