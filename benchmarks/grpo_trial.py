@@ -1,27 +1,30 @@
-"""Check: does GRPO gain more when it draws its prompts from the train rows its SFT start did
-not train on (`cpu.grpo_fresh_rows`, `training/cpu_backend/prompt_pool.py`)?
+"""Pair two GRPO runs from one SFT start: does a GRPO setting (the trial) gain more over
+that start than the base setting does?
 
 Reads two `bench_cpu_training.py` runs of the same spec, dataset seed and host that differ
-only in that setting: their result JSONs and their per-case held-out results (the `eval/`
-folder a run keeps with `--keep DIR`). It writes `benchmarks/results/grpo_fresh_rows.json`:
+only in GRPO settings: their result JSONs and their per-case held-out results (the `eval/`
+folder a run keeps with `--keep DIR`). It writes `benchmarks/results/grpo_trial_<label>.json`:
 
 - whether the two SFT starts answered every held-out case alike: then the runs differ only
-  in the prompts GRPO drew, and the comparison below is GRPO's alone;
+  in GRPO, and the comparison below is GRPO's alone;
 - each run's GRPO over its own SFT start (paired, from its result JSON);
-- the fresh-rows GRPO model minus the other GRPO model, paired on the same cases, overall and
+- the trial's GRPO model minus the base's GRPO model, paired on the same cases, overall and
   by category;
 - per run: the steps whose groups all scored alike (no update), the mean share of such
   groups, the reward trend and the prompt pool.
 
-Nothing is timed here. The runs' CPU flags are copied from their JSONs.
+Nothing is timed here. The runs' CPU flags are copied from their JSONs. The trial can reuse
+the base run's SFT: copy its kept folder without GRPO's checkpoints and reports, and the
+runner resumes after SFT (`--keep` on the copy). Used first for `cpu.grpo_fresh_rows`
+(`grpo_fresh_rows.json`, written when this script was `grpo_fresh_rows.py`):
 
     .venv/bin/python benchmarks/bench_cpu_training.py --set cpu.sft_steps=150 \\
-        --set cpu.grpo_steps=16 --models sft final --data-seed 1 --keep /tmp/base --out A.json
+        --set cpu.grpo_steps=16 --set cpu.grpo_fresh_rows=false --models sft final \\
+        --data-seed 1 --keep /tmp/base --out A.json
     .venv/bin/python benchmarks/bench_cpu_training.py --set cpu.sft_steps=150 \\
-        --set cpu.grpo_steps=16 --set cpu.grpo_fresh_rows=true --models sft final \\
-        --data-seed 1 --keep /tmp/fresh --out B.json
-    .venv/bin/python benchmarks/grpo_fresh_rows.py --base A.json --base-eval /tmp/base/eval \\
-        --fresh B.json --fresh-eval /tmp/fresh/eval
+        --set cpu.grpo_steps=16 --models sft final --data-seed 1 --keep /tmp/fresh --out B.json
+    .venv/bin/python benchmarks/grpo_trial.py --label fresh_rows --base A.json \\
+        --base-eval /tmp/base/eval --trial B.json --trial-eval /tmp/fresh/eval
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cpu_training import GRPO_ADDS_FIELDS  # the fields its GRPO adds pairs
 
 RESULTS = Path(__file__).parent / "results"
-OUT = RESULTS / "grpo_fresh_rows.json"
 
 #: What two SFT starts must agree on, case by case, to count as the same start.
 ANSWER_FIELDS = ("passed", "exact_calls", "selection_ok", "called_tools", "final_answer")
@@ -76,13 +78,16 @@ def flat_steps(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare(
-    base: dict[str, Any], base_eval: Path, fresh: dict[str, Any], fresh_eval: Path
+    base: dict[str, Any],
+    base_eval: Path,
+    trial: dict[str, Any],
+    trial_eval: Path,
+    label: str = "trial",
 ) -> dict[str, Any]:
-    """The report described in the module docstring."""
-    base_sft, fresh_sft = read_cases(base_eval / "sft.json"), read_cases(fresh_eval / "sft.json")
+    """The report described in the module docstring; `label` names the trial's run."""
+    base_sft, trial_sft = read_cases(base_eval / "sft.json"), read_cases(trial_eval / "sft.json")
     base_final = read_cases(base_eval / "final.json")
-    fresh_final = read_cases(fresh_eval / "final.json")
-    fresh_minus_base = paired_against(base_final, fresh_final, GRPO_ADDS_FIELDS)
+    trial_final = read_cases(trial_eval / "final.json")
     return {
         "measured_at_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "runs": {
@@ -95,32 +100,43 @@ def compare(
                 "grpo_adds": run["grpo_adds"],
                 "flat": flat_steps(run),
             }
-            for name, run in (("base", base), ("fresh_rows", fresh))
+            for name, run in (("base", base), (label, trial))
         },
-        "sft_starts_differ_on_cases": differing_cases(base_sft, fresh_sft),
-        "held_out_cases": len(fresh_final),
-        "fresh_minus_base": fresh_minus_base,
-        "fresh_minus_base_by_category": paired_by_category(
-            base_final, fresh_final, GRPO_ADDS_FIELDS
+        "trial": label,
+        "sft_starts_differ_on_cases": differing_cases(base_sft, trial_sft),
+        "held_out_cases": len(trial_final),
+        "trial_minus_base": paired_against(base_final, trial_final, GRPO_ADDS_FIELDS),
+        "trial_minus_base_by_category": paired_by_category(
+            base_final, trial_final, GRPO_ADDS_FIELDS
         ),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", type=Path, required=True, help="Result JSON, option off.")
+    parser.add_argument(
+        "--label", required=True, help="What the trial changes, as a name: multi_step_prompts."
+    )
+    parser.add_argument("--base", type=Path, required=True, help="Base run's result JSON.")
     parser.add_argument("--base-eval", type=Path, required=True, help="Its kept eval/ folder.")
-    parser.add_argument("--fresh", type=Path, required=True, help="Result JSON, option on.")
-    parser.add_argument("--fresh-eval", type=Path, required=True, help="Its kept eval/ folder.")
-    parser.add_argument("--out", type=Path, default=OUT, help="Where the JSON goes.")
+    parser.add_argument("--trial", type=Path, required=True, help="Trial run's result JSON.")
+    parser.add_argument("--trial-eval", type=Path, required=True, help="Its kept eval/ folder.")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="Where the JSON goes (grpo_trial_<label>.json)."
+    )
     args = parser.parse_args()
+    if not args.label.replace("_", "").isalnum() or args.label == "base":
+        raise SystemExit(
+            f"--label {args.label!r}: letters, digits and underscores only, and not 'base'"
+        )
+    out = args.out or RESULTS / f"grpo_trial_{args.label}.json"
     base = json.loads(args.base.read_text())
-    fresh = json.loads(args.fresh.read_text())
-    if (base["data_seed"], base["pack"]) != (fresh["data_seed"], fresh["pack"]):
+    trial = json.loads(args.trial.read_text())
+    if (base["data_seed"], base["pack"]) != (trial["data_seed"], trial["pack"]):
         raise SystemExit("the two runs must share a dataset seed and pack: nothing to pair")
-    report = compare(base, args.base_eval, fresh, args.fresh_eval)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    report = compare(base, args.base_eval, trial, args.trial_eval, args.label)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"SFT starts answered {report['sft_starts_differ_on_cases']} held-out cases differently")
     for name, run in report["runs"].items():
         adds = run["grpo_adds"]["exact_call"]
@@ -130,9 +146,9 @@ def main() -> None:
             f"({adds['cases']} cases); {flat['steps_all_groups_flat']} of {flat['steps']} "
             f"steps all flat; pool {flat['prompt_pool']}"
         )
-    for metric, figure in report["fresh_minus_base"].items():
-        print(f"fresh rows minus base, {metric}: {difference_text(figure)} ({figure['cases']})")
-    print(f"wrote {args.out}")
+    for metric, figure in report["trial_minus_base"].items():
+        print(f"{args.label} minus base, {metric}: {difference_text(figure)} ({figure['cases']})")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""`benchmarks/grpo_fresh_rows.py`: two benchmark runs that differ only in GRPO's prompt
-pool, paired case by case. What would break: the two GRPO models paired on the wrong cases,
+"""`benchmarks/grpo_trial.py`: two benchmark runs that differ only in GRPO's settings,
+paired case by case. What would break: the two GRPO models paired on the wrong cases,
 two different SFT starts reported as one, or runs on different datasets paired at all."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from training.evaluation.scoring import CaseResult
 
 @pytest.fixture(scope="module")
 def check() -> ModuleType:
-    return load_benchmark("grpo_fresh_rows")
+    return load_benchmark("grpo_trial")
 
 
 def case(number: int, exact: bool, answer: str = "ok") -> CaseResult:
@@ -54,7 +54,7 @@ def run(seed: int, flat: list[float], pool: dict[str, int] | None = None) -> dic
     }
 
 
-def test_the_fresh_rows_model_is_paired_against_the_other_on_the_same_cases(
+def test_the_trial_model_is_paired_against_the_base_model_on_the_same_cases(
     check: ModuleType, tmp_path: Path
 ) -> None:
     start = [case(n, exact=n < 10) for n in range(20)]
@@ -69,12 +69,13 @@ def test_the_fresh_rows_model_is_paired_against_the_other_on_the_same_cases(
         tmp_path / "base",
         run(1, [0.5, 0.5], pool),
         tmp_path / "fresh",
+        "fresh_rows",
     )
-    assert report["sft_starts_differ_on_cases"] == 0
-    exact = report["fresh_minus_base"]["exact_call"]
+    assert report["sft_starts_differ_on_cases"] == 0 and report["trial"] == "fresh_rows"
+    exact = report["trial_minus_base"]["exact_call"]
     assert exact["cases"] == 20 and exact["difference"] == pytest.approx(0.25)
     assert exact["ci90_low"] > 0
-    assert report["fresh_minus_base_by_category"]["single"]["exact_call"]["cases"] == 10
+    assert report["trial_minus_base_by_category"]["single"]["exact_call"]["cases"] == 10
     base_flat = report["runs"]["base"]["flat"]
     assert (base_flat["steps"], base_flat["steps_all_groups_flat"]) == (4, 2)
     assert base_flat["mean_flat_group_share"] == pytest.approx(0.625)
@@ -97,9 +98,35 @@ def test_runs_on_different_datasets_are_refused(
 ) -> None:
     for name, seed in (("a.json", 0), ("b.json", 1)):
         (tmp_path / name).write_text(json.dumps(run(seed, [])))
-    argv = ["grpo_fresh_rows.py", "--base", str(tmp_path / "a.json"), "--fresh"]
-    argv += [str(tmp_path / "b.json"), "--base-eval", "x", "--fresh-eval", "y"]
+    argv = ["grpo_trial.py", "--label", "x", "--base", str(tmp_path / "a.json"), "--trial"]
+    argv += [str(tmp_path / "b.json"), "--base-eval", "x", "--trial-eval", "y"]
     monkeypatch.setattr("sys.argv", [*argv, "--out", str(tmp_path / "out.json")])
     with pytest.raises(SystemExit, match="share a dataset seed"):
         check.main()
     assert not (tmp_path / "out.json").exists()
+
+
+def test_the_default_output_is_named_by_the_label_and_odd_labels_are_refused(
+    check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for folder in ("base", "trial"):
+        write_eval(tmp_path / folder, "sft", [case(n, exact=True) for n in range(4)])
+        write_eval(tmp_path / folder, "final", [case(n, exact=n < 2) for n in range(4)])
+    (tmp_path / "a.json").write_text(json.dumps(run(1, [1.0])))
+    monkeypatch.setattr(check, "RESULTS", tmp_path / "results")
+    argv = [
+        "grpo_trial.py",
+        "--base",
+        str(tmp_path / "a.json"),
+        "--trial",
+        str(tmp_path / "a.json"),
+    ]
+    argv += ["--base-eval", str(tmp_path / "base"), "--trial-eval", str(tmp_path / "trial")]
+    monkeypatch.setattr("sys.argv", [*argv, "--label", "multi_step_prompts"])
+    check.main()
+    written = json.loads((tmp_path / "results" / "grpo_trial_multi_step_prompts.json").read_text())
+    assert set(written["runs"]) == {"base", "multi_step_prompts"}
+    assert written["trial_minus_base"]["exact_call"]["difference"] == 0
+    monkeypatch.setattr("sys.argv", [*argv, "--label", "../escape"])
+    with pytest.raises(SystemExit, match="--label"):
+        check.main()
