@@ -147,7 +147,8 @@ def main() -> None:
             f"steps all flat; pool {flat['prompt_pool']}"
         )
     for metric, figure in report["trial_minus_base"].items():
-        print(f"{args.label} minus base, {metric}: {difference_text(figure)} ({figure['cases']})")
+        text = difference_text(figure) if "difference" in figure else "no case it applies to"
+        print(f"{args.label} minus base, {metric}: {text} ({figure['cases']})")
     print(f"wrote {out}")
 
 

@@ -127,6 +127,7 @@ def test_the_default_output_is_named_by_the_label_and_odd_labels_are_refused(
     written = json.loads((tmp_path / "results" / "grpo_trial_multi_step_prompts.json").read_text())
     assert set(written["runs"]) == {"base", "multi_step_prompts"}
     assert written["trial_minus_base"]["exact_call"]["difference"] == 0
+    assert written["trial_minus_base"]["exact_call_share"]["cases"] == 0, "printed, no crash"
     monkeypatch.setattr("sys.argv", [*argv, "--label", "../escape"])
     with pytest.raises(SystemExit, match="--label"):
         check.main()
