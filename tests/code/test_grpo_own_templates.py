@@ -93,6 +93,26 @@ def test_sft_never_trains_on_grpo_s_rows_even_when_it_cycles_the_split(
     }
 
 
+def test_holding_rows_back_keeps_the_rest_of_sft_s_plan(builtin_data_300: Path) -> None:
+    """The plan without GRPO's rows is the plain plan with each of them swapped for an unused
+    row of its group: every other row in the same batch and place. A trial of the option
+    then starts from nearly the same SFT, not from a reshuffled one."""
+    frame = pd.read_parquet(builtin_data_300 / "train.parquet")
+    own = grpo_template_rows(frame, ["clarification"])
+    steps = 30  # 120 of the rows: unused ones are left in every group
+    plain = sft_row_order(frame, steps, 4, 0)
+    held = sft_row_order(frame, steps, 4, 0, held_back=own)
+    assert set(plain) & own and not set(held) & own and len(held) == len(plain)
+    system = [str(prompt[0]["content"]) for prompt in frame["prompt"]]
+    for before, after in zip(plain, held, strict=True):
+        if before in own:
+            assert system[after] == system[before], "a row of the same group (tool prompt)"
+            assert after not in plain, "one the plain plan does not use"
+        else:
+            assert after == before, "every other row in its place"
+    assert len(set(held)) == len(set(plain)), "no swap repeats a row"
+
+
 def test_grpo_s_pool_counts_the_rows_in_wordings_sft_never_saw(builtin_data_300: Path) -> None:
     train_file = builtin_data_300 / "train.parquet"
     run = spec(grpo_own_templates=["clarification"], grpo_fresh_rows=True)

@@ -16,6 +16,7 @@ so a limit shorter than the tool prompt would silently train on prompts without 
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import logging
 import random
@@ -119,6 +120,20 @@ def _weighted_order(
     return sorted(members, key=lambda index: keys[index], reverse=True)
 
 
+def _swap_held_back(
+    planned: list[int], order: list[int], held_back: AbstractSet[int]
+) -> list[int] | None:
+    """`planned` (one group's rows, in plan order) with each held-back row replaced by the
+    next row of the group's `order` that is neither held back nor planned, then (a plan that
+    cycles the group) by its kept rows again; None when the whole group is held back."""
+    kept = [index for index in order if index not in held_back]
+    if not kept:
+        return None
+    in_plan = set(planned)
+    spares = itertools.cycle([i for i in kept if i not in in_plan] + kept)
+    return [next(spares) if index in held_back else index for index in planned]
+
+
 def sft_row_order(
     frame: pd.DataFrame,
     steps: int,
@@ -136,26 +151,36 @@ def sft_row_order(
     `category_weights` (`cpu.sft_category_weights`) bias which rows a partial pass takes:
     with the demo's 130 steps of 8 rows the model sees 1,040 of 1,788 time-pack rows, and
     the weights decide which. Without them every row is equally likely (a plain shuffle).
-    Rows at the positions in `held_back` (GRPO's own templates) are never taken."""
+    Rows at the positions in `held_back` (GRPO's own templates) are never taken: the plan is
+    drawn as if they were there, and each of their places goes to a row of the same group the
+    plan does not use (`_swap_held_back`), so every other row keeps its batch and place.
+    Reshuffling without them instead gave a different SFT start altogether (built-in seed 1:
+    exact call 55.6% against 73.8%), so a trial of the option compared two orders as much as
+    two data splits."""
     rng = random.Random(seed)
     records = frame.to_dict("records")
     groups: dict[str, list[int]] = {}
     for index, record in enumerate(records):
-        if index in held_back:
-            continue
         groups.setdefault(str(record["prompt"][0]["content"]), []).append(index)
-    batches: list[list[int]] = []
+    batches: list[list[int] | None] = []
     for members in groups.values():
         if category_weights:
             order = _weighted_order(records, members, category_weights, rng)
         else:
             order = list(members)
             rng.shuffle(order)
-        share = max(1, round(steps * len(members) / max(1, len(records) - len(held_back))))
+        share = max(1, round(steps * len(members) / len(records)))
         cycled = [order[i % len(order)] for i in range(share * batch_size)]
+        if held_back:
+            swapped = _swap_held_back(cycled, order, held_back)
+            if swapped is None:  # a group held back whole: its slots stay, empty
+                batches += [None] * share
+                continue
+            cycled = swapped
         batches += [cycled[i : i + batch_size] for i in range(0, len(cycled), batch_size)]
     rng.shuffle(batches)
-    return [i for batch in batches[:steps] for i in batch]
+    taken = [batch for batch in batches if batch is not None]
+    return [i for batch in taken[:steps] for i in batch]
 
 
 def sft_rows(
